@@ -1,0 +1,289 @@
+//! The typed, validated spec that every other crate consumes.
+//!
+//! All quantities are in SI base units as `f64`: bytes, bytes per second, FLOP per second,
+//! seconds. Counts are `u64`. Nothing here refers to the parser: a `Spec` can be built by hand
+//! (the validation harness does so for published runs) as well as parsed from a file.
+
+use serde::{Deserialize, Serialize};
+
+/// A whole resolved spec: the model, the cluster and the training job named by the `train`
+/// block, every `strategy` block, and the search space.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    pub model: ModelSpec,
+    pub cluster: ClusterSpec,
+    pub train: TrainSpec,
+    /// Every `strategy` block, in the order they appear (after `use` resolution).
+    pub strategies: Vec<Strategy>,
+    pub search: SearchSpace,
+}
+
+impl Spec {
+    pub fn strategy(&self, name: &str) -> Option<&Strategy> {
+        self.strategies.iter().find(|s| s.name == name)
+    }
+}
+
+/// Feed-forward block flavour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MlpKind {
+    /// Two matrices, `h → ffn → h`.
+    Gelu,
+    /// Three matrices (gate, up, down).
+    Swiglu,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormKind {
+    Layernorm,
+    Rmsnorm,
+}
+
+/// Mixture-of-experts settings of a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MoeSpec {
+    pub experts: u64,
+    pub top_k: u64,
+    /// An expert layer every `every` blocks (1 = every block).
+    pub every: u64,
+    pub expert_ffn_hidden: u64,
+    /// Always-active experts of size `expert_ffn_hidden` (DeepSeek style); 0 = none.
+    pub shared_experts: u64,
+    pub capacity_factor: f64,
+}
+
+/// A decoder-only transformer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    /// Key/value heads (grouped-query attention); equals `heads` for multi-head attention.
+    pub kv_heads: u64,
+    /// Per-head dimension; `hidden / heads` unless set.
+    pub head_dim: u64,
+    /// Dense MLP width (for MoE models: the width of the dense blocks between expert blocks).
+    pub ffn_hidden: u64,
+    pub vocab: u64,
+    pub mlp: MlpKind,
+    pub norm: NormKind,
+    pub tie_embeddings: bool,
+    /// Linear layers carry biases.
+    pub bias: bool,
+    pub max_seq_len: Option<u64>,
+    pub moe: Option<MoeSpec>,
+}
+
+/// Dense peak compute of a GPU in FLOP/s, per precision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PeakCompute {
+    pub bf16: f64,
+    pub fp16: f64,
+    /// 0 when the GPU has no FP8 tensor cores.
+    pub fp8: f64,
+    pub fp32: f64,
+    pub tf32: f64,
+}
+
+impl PeakCompute {
+    /// Peak FLOP/s for a training precision.
+    pub fn for_precision(&self, precision: Precision) -> f64 {
+        match precision {
+            Precision::Bf16 => self.bf16,
+            Precision::Fp16 => self.fp16,
+            Precision::Fp8 => self.fp8,
+            Precision::Fp32 => self.fp32,
+        }
+    }
+}
+
+/// Calibratable fractions of peak a GPU reaches. `None` fields mean "use the cost model's
+/// default for this GPU generation".
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuEfficiency {
+    pub matmul: Option<f64>,
+    pub attention: Option<f64>,
+    pub memory: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuSpec {
+    pub name: String,
+    /// Device memory in bytes.
+    pub memory: f64,
+    pub peak: PeakCompute,
+    /// HBM bandwidth in bytes/s.
+    pub hbm_bandwidth: f64,
+    pub efficiency: GpuEfficiency,
+}
+
+/// A link, per GPU and per direction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// Bytes per second.
+    pub bandwidth: f64,
+    /// Seconds per message.
+    pub latency: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    pub name: String,
+    pub gpu: GpuSpec,
+    pub nodes: u64,
+    pub gpus_per_node: u64,
+    pub intra_node: Link,
+    pub inter_node: Link,
+    /// Host-to-device bandwidth per GPU in bytes/s (used by offload).
+    pub host_link: f64,
+    /// Host memory per node in bytes.
+    pub host_memory: f64,
+}
+
+impl ClusterSpec {
+    pub fn total_gpus(&self) -> u64 {
+        self.nodes * self.gpus_per_node
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Bf16,
+    Fp16,
+    Fp8,
+    Fp32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Optimizer {
+    Adam,
+    Sgd,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainSpec {
+    pub seq_len: u64,
+    /// Sequences per optimizer step.
+    pub global_batch: u64,
+    pub precision: Precision,
+    pub optimizer: Optimizer,
+    pub flash_attention: bool,
+}
+
+/// Activation recomputation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recompute {
+    None,
+    /// Re-run the attention core (scores, softmax, dropout, values) only.
+    Selective,
+    /// Re-run every layer's forward.
+    Full,
+    /// Full recompute of this many layers per pipeline stage, none for the rest.
+    Partial { full_layers: u64 },
+}
+
+/// Fractions of state moved to host memory, each in [0, 1].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Offload {
+    pub optimizer: f64,
+    pub weights: f64,
+    pub gradients: f64,
+    pub activations: f64,
+}
+
+impl Offload {
+    pub fn is_none(&self) -> bool {
+        self.optimizer == 0.0
+            && self.weights == 0.0
+            && self.gradients == 0.0
+            && self.activations == 0.0
+    }
+}
+
+/// A fixed configuration (a `strategy` block). Degrees not written in the block default to 1,
+/// except `dp`, which defaults to the cluster's GPUs divided by `tp·pp·cp`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Strategy {
+    pub name: String,
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub cp: u64,
+    pub ep: u64,
+    /// Sequences per micro-batch.
+    pub microbatch: u64,
+    /// Virtual pipeline chunks per device (1 = plain 1F1B).
+    pub interleave: u64,
+    pub recompute: Recompute,
+    pub sequence_parallel: bool,
+    /// ZeRO stage 0–3.
+    pub zero: u8,
+    pub offload: Offload,
+    /// Layers per pipeline stage; `None` spreads them evenly.
+    pub stages: Option<Vec<u64>>,
+}
+
+/// One search dimension: the planner's own candidates, or an explicit list.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Choice<T> {
+    Auto,
+    Values(Vec<T>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Objective {
+    Throughput,
+}
+
+/// The `search` block. A spec without one searches every key `auto`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SearchSpace {
+    pub dp: Choice<u64>,
+    pub tp: Choice<u64>,
+    pub pp: Choice<u64>,
+    pub cp: Choice<u64>,
+    pub ep: Choice<u64>,
+    pub microbatch: Choice<u64>,
+    pub interleave: Choice<u64>,
+    pub recompute: Choice<Recompute>,
+    pub sequence_parallel: Choice<bool>,
+    pub zero: Choice<u8>,
+    pub offload: Choice<Offload>,
+    pub objective: Objective,
+    /// Fraction of each GPU's memory a plan may use.
+    pub memory_limit: f64,
+    /// Wall-clock limit of the search in seconds.
+    pub time_limit: Option<f64>,
+    /// Runners-up to keep.
+    pub top: Option<u64>,
+}
+
+impl Default for SearchSpace {
+    fn default() -> Self {
+        SearchSpace {
+            dp: Choice::Auto,
+            tp: Choice::Auto,
+            pp: Choice::Auto,
+            cp: Choice::Auto,
+            ep: Choice::Auto,
+            microbatch: Choice::Auto,
+            interleave: Choice::Auto,
+            recompute: Choice::Auto,
+            sequence_parallel: Choice::Auto,
+            zero: Choice::Auto,
+            offload: Choice::Auto,
+            objective: Objective::Throughput,
+            memory_limit: 0.95,
+            time_limit: None,
+            top: None,
+        }
+    }
+}

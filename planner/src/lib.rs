@@ -1,0 +1,1 @@
+//! Search, the MILP, pipeline schedules and plan files.

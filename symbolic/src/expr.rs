@@ -1,0 +1,144 @@
+//! A small symbolic expression type: symbols, constants, n-ary sum and product, division,
+//! max/min and ceil. The cost model is written once as `Expr` over the strategy symbols and
+//! evaluated many times by the planner.
+
+use std::fmt;
+use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::sync::Arc;
+
+/// A named variable, such as `t` (tensor-parallel degree). Cheap to clone and compare.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Symbol(Arc<str>);
+
+impl Symbol {
+    pub fn new(name: &str) -> Self {
+        Symbol(Arc::from(name))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Symbol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A symbolic expression over `f64`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Const(f64),
+    Sym(Symbol),
+    Sum(Vec<Expr>),
+    Product(Vec<Expr>),
+    Div(Box<Expr>, Box<Expr>),
+    Max(Vec<Expr>),
+    Min(Vec<Expr>),
+    Ceil(Box<Expr>),
+}
+
+impl Expr {
+    pub fn constant(value: f64) -> Expr {
+        Expr::Const(value)
+    }
+
+    pub fn symbol(name: &str) -> Expr {
+        Expr::Sym(Symbol::new(name))
+    }
+
+    pub fn max(items: impl IntoIterator<Item = Expr>) -> Expr {
+        Expr::Max(items.into_iter().collect())
+    }
+
+    pub fn min(items: impl IntoIterator<Item = Expr>) -> Expr {
+        Expr::Min(items.into_iter().collect())
+    }
+
+    pub fn ceil(self) -> Expr {
+        Expr::Ceil(Box::new(self))
+    }
+
+    pub fn sum(items: impl IntoIterator<Item = Expr>) -> Expr {
+        Expr::Sum(items.into_iter().collect())
+    }
+
+    pub fn product(items: impl IntoIterator<Item = Expr>) -> Expr {
+        Expr::Product(items.into_iter().collect())
+    }
+
+    /// Evaluates by walking the tree; `env` gives each symbol's value. Panics on an unbound
+    /// symbol, which is a programming error in the caller (the planner binds every symbol).
+    pub fn eval(&self, env: &dyn Fn(&Symbol) -> f64) -> f64 {
+        match self {
+            Expr::Const(c) => *c,
+            Expr::Sym(s) => env(s),
+            Expr::Sum(items) => items.iter().map(|e| e.eval(env)).sum(),
+            Expr::Product(items) => items.iter().map(|e| e.eval(env)).product(),
+            Expr::Div(a, b) => a.eval(env) / b.eval(env),
+            Expr::Max(items) => items
+                .iter()
+                .map(|e| e.eval(env))
+                .fold(f64::NEG_INFINITY, f64::max),
+            Expr::Min(items) => items
+                .iter()
+                .map(|e| e.eval(env))
+                .fold(f64::INFINITY, f64::min),
+            Expr::Ceil(a) => a.eval(env).ceil(),
+        }
+    }
+}
+
+impl From<f64> for Expr {
+    fn from(value: f64) -> Self {
+        Expr::Const(value)
+    }
+}
+
+impl From<u64> for Expr {
+    fn from(value: u64) -> Self {
+        Expr::Const(value as f64)
+    }
+}
+
+impl From<Symbol> for Expr {
+    fn from(symbol: Symbol) -> Self {
+        Expr::Sym(symbol)
+    }
+}
+
+impl<T: Into<Expr>> Add<T> for Expr {
+    type Output = Expr;
+    fn add(self, rhs: T) -> Expr {
+        Expr::Sum(vec![self, rhs.into()])
+    }
+}
+
+impl<T: Into<Expr>> Sub<T> for Expr {
+    type Output = Expr;
+    fn sub(self, rhs: T) -> Expr {
+        Expr::Sum(vec![self, Expr::Product(vec![Expr::Const(-1.0), rhs.into()])])
+    }
+}
+
+impl<T: Into<Expr>> Mul<T> for Expr {
+    type Output = Expr;
+    fn mul(self, rhs: T) -> Expr {
+        Expr::Product(vec![self, rhs.into()])
+    }
+}
+
+impl<T: Into<Expr>> Div<T> for Expr {
+    type Output = Expr;
+    fn div(self, rhs: T) -> Expr {
+        Expr::Div(Box::new(self), Box::new(rhs.into()))
+    }
+}
+
+impl Neg for Expr {
+    type Output = Expr;
+    fn neg(self) -> Expr {
+        Expr::Product(vec![Expr::Const(-1.0), self])
+    }
+}

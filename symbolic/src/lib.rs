@@ -1,0 +1,5 @@
+//! Symbolic expressions and the Tessel cost model.
+
+mod expr;
+
+pub use expr::{Expr, Symbol};
