@@ -34,6 +34,16 @@ pub enum MlpKind {
     Swiglu,
 }
 
+/// How positions enter the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PositionKind {
+    /// Rotary embeddings: no parameters.
+    Rope,
+    /// A learned `max_seq_len × hidden` table (GPT-2/GPT-3).
+    Learned,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NormKind {
@@ -52,6 +62,9 @@ pub struct MoeSpec {
     /// Always-active experts of size `expert_ffn_hidden` (DeepSeek style); 0 = none.
     pub shared_experts: u64,
     pub capacity_factor: f64,
+    /// Leading blocks that stay dense before the `every` pattern starts (DeepSeek's
+    /// `first_k_dense_replace`); 0 = none.
+    pub first_dense: u64,
 }
 
 /// A decoder-only transformer.
@@ -74,6 +87,8 @@ pub struct ModelSpec {
     /// Linear layers carry biases.
     pub bias: bool,
     pub max_seq_len: Option<u64>,
+    /// Learned position embeddings need `max_seq_len`.
+    pub position: PositionKind,
     pub moe: Option<MoeSpec>,
 }
 
@@ -185,7 +200,9 @@ pub enum Recompute {
     /// Re-run every layer's forward.
     Full,
     /// Full recompute of this many layers per pipeline stage, none for the rest.
-    Partial { full_layers: u64 },
+    Partial {
+        full_layers: u64,
+    },
 }
 
 /// Fractions of state moved to host memory, each in [0, 1].

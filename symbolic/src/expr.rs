@@ -118,7 +118,10 @@ impl<T: Into<Expr>> Add<T> for Expr {
 impl<T: Into<Expr>> Sub<T> for Expr {
     type Output = Expr;
     fn sub(self, rhs: T) -> Expr {
-        Expr::Sum(vec![self, Expr::Product(vec![Expr::Const(-1.0), rhs.into()])])
+        Expr::Sum(vec![
+            self,
+            Expr::Product(vec![Expr::Const(-1.0), rhs.into()]),
+        ])
     }
 }
 
