@@ -1,6 +1,42 @@
 //! A small symbolic expression type: symbols, constants, n-ary sum and product, division,
 //! max/min and ceil. The cost model is written once as `Expr` over the strategy symbols and
 //! evaluated many times by the planner.
+//!
+//! # Design
+//!
+//! `Expr` is a plain tree, in the spirit of an in-house symbolic dimension type rather than a
+//! computer-algebra system: it knows exactly the operations a training-step cost model needs
+//! and nothing else. Work is split in three layers:
+//!
+//! - **Building** (`expr.rs`): constructors and operator overloading build trees without any
+//!   rewriting, so what the cost model writes is what it gets until it asks for more.
+//! - **Simplification** ([`Expr::simplify`], `expr/simplify.rs`): a single bottom-up pass of
+//!   smart constructors that each take normalised children and return a normalised node:
+//!   flattening, constant folding, merging of like terms (`2*x + 3*x → 5*x`), cancellation of
+//!   common factors in quotients, distribution of constant coefficients over sums, pruning of
+//!   max/min operands that differ only by a constant, and pulling integer terms out of `ceil`.
+//!   Operands are sorted by a total structural order (`expr/order.rs`), so equal expressions
+//!   simplify to identical trees and the pass is idempotent. The rewrites are exact over the
+//!   reals and assume every subexpression is finite (no division by zero), which holds for the
+//!   positive strategy symbols of a cost model; in floating point they change results only by
+//!   rounding.
+//! - **Compilation** ([`Program`], `expr/program.rs`): the simplified outputs are hash-consed
+//!   into one DAG shared by all outputs (common-subexpression elimination, constants compared
+//!   by their bits), folded once more, and lowered to a flat list of register instructions over
+//!   a single `f64` array. Evaluating a candidate strategy is then a linear scan of that list
+//!   with no allocation and no tree walking, which is the planner's hot path.
+//!
+//! [`Expr::substitute`], [`Expr::symbols`] and the `Display` form (`expr/display.rs`) complete
+//! the surface.
+
+mod dag;
+mod display;
+mod order;
+mod program;
+mod simplify;
+mod substitute;
+
+pub use program::{CompileError, Program};
 
 use std::fmt;
 use std::ops::{Add, Div, Mul, Neg, Sub};

@@ -2,4 +2,4 @@
 
 mod expr;
 
-pub use expr::{Expr, Symbol};
+pub use expr::{CompileError, Expr, Program, Symbol};
