@@ -30,7 +30,7 @@ fn constants_fold() {
 fn identities_drop() {
     assert_eq!(simplified(s("x") + 0u64), "x");
     assert_eq!(simplified(s("x") * 1u64), "x");
-    assert_eq!(simplified(s("x") * 0u64), "0");
+    assert_eq!(simplified(Expr::product([s("x"), c(0.0)])), "0");
     assert_eq!(simplified(s("x") / 1u64), "x");
     assert_eq!(simplified(c(0.0) / s("x")), "0");
     assert_eq!(simplified(s("x") - s("x")), "0");
