@@ -9,7 +9,8 @@
 //! and nothing else. Work is split in three layers:
 //!
 //! - **Building** (`expr.rs`): constructors and operator overloading build trees without any
-//!   rewriting, so what the cost model writes is what it gets until it asks for more.
+//!   rewriting, except that `+`, `-` and `*` append to a sum or product on their left instead of
+//!   nesting, so long chains like `a + b + c + ...` stay one level deep.
 //! - **Simplification** ([`Expr::simplify`], `expr/simplify.rs`): a single bottom-up pass of
 //!   smart constructors that each take normalised children and return a normalised node:
 //!   flattening, constant folding, merging of like terms (`2*x + 3*x → 5*x`), cancellation of
@@ -144,27 +145,41 @@ impl From<Symbol> for Expr {
     }
 }
 
+/// `sum + term`, appending to `sum` when it already is a sum.
+fn append_term(sum: Expr, term: Expr) -> Expr {
+    match sum {
+        Expr::Sum(mut terms) => {
+            terms.push(term);
+            Expr::Sum(terms)
+        }
+        other => Expr::Sum(vec![other, term]),
+    }
+}
+
 impl<T: Into<Expr>> Add<T> for Expr {
     type Output = Expr;
     fn add(self, rhs: T) -> Expr {
-        Expr::Sum(vec![self, rhs.into()])
+        append_term(self, rhs.into())
     }
 }
 
 impl<T: Into<Expr>> Sub<T> for Expr {
     type Output = Expr;
     fn sub(self, rhs: T) -> Expr {
-        Expr::Sum(vec![
-            self,
-            Expr::Product(vec![Expr::Const(-1.0), rhs.into()]),
-        ])
+        append_term(self, Expr::Product(vec![Expr::Const(-1.0), rhs.into()]))
     }
 }
 
 impl<T: Into<Expr>> Mul<T> for Expr {
     type Output = Expr;
     fn mul(self, rhs: T) -> Expr {
-        Expr::Product(vec![self, rhs.into()])
+        match self {
+            Expr::Product(mut factors) => {
+                factors.push(rhs.into());
+                Expr::Product(factors)
+            }
+            other => Expr::Product(vec![other, rhs.into()]),
+        }
     }
 }
 

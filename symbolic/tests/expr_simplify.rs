@@ -156,3 +156,19 @@ fn substitute_and_symbols() {
     let all = e.substitute_all(&bindings).simplify();
     assert_eq!(all.to_string(), "p/4 + 4*t");
 }
+
+#[test]
+fn operator_chains_build_flat_sums_and_products() {
+    let e = s("a") + s("b") - s("c") + 1u64;
+    match &e {
+        Expr::Sum(terms) => assert_eq!(terms.len(), 4),
+        other => panic!("expected a flat sum, got {other:?}"),
+    }
+    match &(s("a") * s("b") * 2u64) {
+        Expr::Product(factors) => assert_eq!(factors.len(), 3),
+        other => panic!("expected a flat product, got {other:?}"),
+    }
+    // A long chain is one level deep, so simplification and evaluation do not recurse deeply.
+    let long = (0..100_000u64).fold(Expr::constant(0.0), |acc, i| acc + s("x") * i);
+    assert_eq!(simplified(long), "4999950000*x");
+}
