@@ -98,7 +98,10 @@ fn cost_model() -> Vec<Expr> {
     let grads = shard.clone() * 2u64 * zero_factor.clone();
     let optimizer = shard.clone() * 12u64 * zero_factor.clone() * (k(1.0) - o_opt.clone());
     let in_flight = Expr::min([p.clone(), m.clone()]) * (k(1.0) + (p.clone() - 1u64) / (p * v));
-    let per_layer_act = tokens.clone() * hidden * 34u64 / t.clone();
+    // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per layer, sharded by t.
+    let per_layer_act =
+        tokens.clone() * hidden * (k(34.0) + k(5.0 * heads) * seq / (k(hidden) * c.clone()))
+            / t.clone();
     let activations = ((layers_per_stage.clone() - r.clone()) * per_layer_act.clone()
         + r.clone() * tokens.clone() * hidden * 2u64)
         * in_flight.clone()
