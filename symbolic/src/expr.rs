@@ -30,6 +30,7 @@
 //! [`Expr::substitute`], [`Expr::symbols`] and the `Display` form (`expr/display.rs`) complete
 //! the surface.
 
+mod batch;
 mod dag;
 mod display;
 mod order;
@@ -37,6 +38,7 @@ mod program;
 mod simplify;
 mod substitute;
 
+pub use batch::BatchScratch;
 pub use program::{CompileError, Program};
 
 use std::fmt;

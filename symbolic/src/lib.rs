@@ -2,4 +2,4 @@
 
 mod expr;
 
-pub use expr::{CompileError, Expr, Program, Symbol};
+pub use expr::{BatchScratch, CompileError, Expr, Program, Symbol};

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use tessel_symbolic::{Expr, Program, Symbol};
+use tessel_symbolic::{BatchScratch, Expr, Program, Symbol};
 
 const NAMES: [&str; 4] = ["a", "b", "c", "d"];
 const TOLERANCE: f64 = 1e-12;
@@ -166,6 +166,27 @@ proptest! {
         let mut again = vec![0.0; exprs.len()];
         program.eval_into(&values, &mut scratch, &mut again);
         prop_assert_eq!(outputs, again);
+    }
+
+    #[test]
+    fn batch_evaluation_equals_one_at_a_time(
+        exprs in prop::collection::vec(expression(), 1..4),
+        candidates in prop::collection::vec(inputs(), 0..20),
+    ) {
+        let program = Program::compile(&exprs, &slots()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let n = exprs.len();
+        let flat: Vec<f64> = candidates.iter().flatten().copied().collect();
+        let mut batch = vec![0.0; candidates.len() * n];
+        let mut scratch = BatchScratch::new();
+        program.eval_batch(&flat, &mut scratch, &mut batch);
+        let mut single = vec![0.0; n];
+        let mut registers = Vec::new();
+        for (i, candidate) in candidates.iter().enumerate() {
+            program.eval_into(candidate, &mut registers, &mut single);
+            for (b, s) in batch[i * n..(i + 1) * n].iter().zip(&single) {
+                prop_assert_eq!(b.to_bits(), s.to_bits(), "candidate {}", i);
+            }
+        }
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl std::error::Error for CompileError {}
 /// One instruction. Register operands are indices into the register array; `start..start+len`
 /// index the program's operand (or term) table.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Instruction {
+pub(super) enum Instruction {
     Add {
         dst: u32,
         a: u32,
@@ -116,9 +116,9 @@ enum Instruction {
 
 /// A weighted operand of a `Linear` instruction.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Term {
-    weight: f64,
-    reg: u32,
+pub(super) struct Term {
+    pub(super) weight: f64,
+    pub(super) reg: u32,
 }
 
 /// Expressions compiled for fast repeated evaluation over a fixed list of input slots.
@@ -127,13 +127,13 @@ struct Term {
 /// scratch buffer for [`Program::eval_into`].
 #[derive(Clone, Debug)]
 pub struct Program {
-    slots: Vec<Symbol>,
-    constants: Vec<f64>,
-    instructions: Vec<Instruction>,
-    operands: Vec<u32>,
-    terms: Vec<Term>,
-    outputs: Vec<u32>,
-    num_registers: usize,
+    pub(super) slots: Vec<Symbol>,
+    pub(super) constants: Vec<f64>,
+    pub(super) instructions: Vec<Instruction>,
+    pub(super) operands: Vec<u32>,
+    pub(super) terms: Vec<Term>,
+    pub(super) outputs: Vec<u32>,
+    pub(super) num_registers: usize,
 }
 
 impl Program {
