@@ -107,6 +107,15 @@ impl Expr {
         Expr::Product(items.into_iter().collect())
     }
 
+    /// The value of a constant expression, such as a simplified expression whose symbols were
+    /// all substituted; `None` when the expression is not a `Const` node.
+    pub fn as_constant(&self) -> Option<f64> {
+        match self {
+            Expr::Const(c) => Some(*c),
+            _ => None,
+        }
+    }
+
     /// Evaluates by walking the tree; `env` gives each symbol's value. Panics on an unbound
     /// symbol, which is a programming error in the caller (the planner binds every symbol).
     pub fn eval(&self, env: &dyn Fn(&Symbol) -> f64) -> f64 {

@@ -155,6 +155,12 @@ fn substitute_and_symbols() {
     // Values are not substituted into: `b` becomes the symbol `t`, which then stays.
     let all = e.substitute_all(&bindings).simplify();
     assert_eq!(all.to_string(), "p/4 + 4*t");
+    assert_eq!(all.as_constant(), None);
+
+    bindings.insert(Symbol::new("p"), c(8.0));
+    bindings.insert(Symbol::new("b"), c(3.0));
+    let number = e.substitute_all(&bindings).simplify();
+    assert_eq!(number.as_constant(), Some(14.0));
 }
 
 #[test]

@@ -154,14 +154,17 @@ impl Program {
         &self.slots
     }
 
+    /// Values each evaluation reads, one per slot.
     pub fn num_inputs(&self) -> usize {
         self.slots.len()
     }
 
+    /// Values each evaluation writes, one per compiled expression, in order.
     pub fn num_outputs(&self) -> usize {
         self.outputs.len()
     }
 
+    /// Instructions one evaluation runs (after sharing and constant folding).
     pub fn num_instructions(&self) -> usize {
         self.instructions.len()
     }
