@@ -178,3 +178,27 @@ fn operator_chains_build_flat_sums_and_products() {
     let long = (0..100_000u64).fold(Expr::constant(0.0), |acc, i| acc + s("x") * i);
     assert_eq!(simplified(long), "4999950000*x");
 }
+
+#[test]
+fn numbers_print_in_a_fixed_format() {
+    let cases: [(f64, &str); 12] = [
+        (3.0, "3"),
+        (-3.0, "-3"),
+        (0.0, "0"),
+        (0.1, "0.1"),
+        (2.5e-3, "0.0025"),
+        (1e-7, "1e-7"),
+        (123_456_789_012_345.0, "123456789012345"),
+        (1e15, "1e15"),
+        (6.02e23, "6.02e23"),
+        (f64::INFINITY, "inf"),
+        (f64::NEG_INFINITY, "-inf"),
+        (f64::NAN, "NaN"),
+    ];
+    for (value, text) in cases {
+        assert_eq!(c(value).to_string(), text, "{value:e}");
+    }
+    assert_eq!(simplified(s("x") - 1e-7), "x - 1e-7");
+    assert_eq!(simplified(s("x") / 3u64), "x/3");
+    assert_eq!(simplified(s("x") * (2.0 / 3.0)), "0.6666666666666666*x");
+}
