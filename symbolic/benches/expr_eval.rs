@@ -172,18 +172,49 @@ fn candidates() -> Vec<[f64; 12]> {
     out
 }
 
-/// Runs `step` over the candidates until `budget` has passed; returns evaluations per second.
-fn rate(budget: Duration, mut step: impl FnMut(&[f64; 12])) -> (u64, f64) {
-    let inputs = candidates();
+/// CPU time this thread has run, from `/proc/thread-self/stat` (user + system time in
+/// USER_HZ ticks, which Linux fixes at 100 per second). The machine may be shared, so rates
+/// per CPU second say more about the code than rates per wall-clock second. `None` off Linux.
+fn thread_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Evaluations per wall-clock second and per CPU second.
+struct Rate {
+    evaluations: u64,
+    per_second: f64,
+    per_cpu_second: Option<f64>,
+}
+
+/// Calls `batch` (which evaluates `per_call` candidates) until `budget` has passed.
+fn measure(budget: Duration, per_call: u64, mut batch: impl FnMut()) -> Rate {
+    let cpu_start = thread_cpu_seconds();
     let start = Instant::now();
-    let mut count = 0u64;
+    let mut evaluations = 0u64;
     while start.elapsed() < budget {
-        for candidate in &inputs {
-            step(black_box(candidate));
-        }
-        count += inputs.len() as u64;
+        batch();
+        evaluations += per_call;
     }
-    (count, count as f64 / start.elapsed().as_secs_f64())
+    let wall = start.elapsed().as_secs_f64();
+    let per_cpu_second = match (cpu_start, thread_cpu_seconds()) {
+        (Some(a), Some(b)) if b > a => Some(evaluations as f64 / (b - a)),
+        _ => None,
+    };
+    Rate {
+        evaluations,
+        per_second: evaluations as f64 / wall,
+        per_cpu_second,
+    }
+}
+
+fn json_number(value: Option<f64>) -> String {
+    value.map_or("null".to_string(), |v| format!("{v:.0}"))
 }
 
 fn main() {
@@ -203,37 +234,39 @@ fn main() {
     let compile_ms = compile_start.elapsed().as_secs_f64() * 1e3;
 
     let budget = Duration::from_millis(1500);
+    let candidates = candidates();
+    let per_call = candidates.len() as u64;
+
     let mut scratch = Vec::new();
     let mut values = vec![0.0; program.num_outputs()];
-    let (evaluations, compiled_rate) = rate(budget, |input| {
-        program.eval_into(input, &mut scratch, &mut values);
-        black_box(&values);
+    let single = measure(budget, per_call, || {
+        for candidate in &candidates {
+            program.eval_into(black_box(candidate), &mut scratch, &mut values);
+            black_box(&values);
+        }
     });
 
-    let candidates = candidates();
     let flat_inputs: Vec<f64> = candidates.iter().flatten().copied().collect();
     let mut batch_scratch = BatchScratch::new();
     let mut batch_values = vec![0.0; candidates.len() * program.num_outputs()];
-    let batch_start = Instant::now();
-    let mut batch_evaluations = 0u64;
-    while batch_start.elapsed() < budget {
+    let batch = measure(budget, per_call, || {
         program.eval_batch(
             black_box(&flat_inputs),
             &mut batch_scratch,
             &mut batch_values,
         );
         black_box(&batch_values);
-        batch_evaluations += candidates.len() as u64;
-    }
-    let batch_rate = batch_evaluations as f64 / batch_start.elapsed().as_secs_f64();
+    });
 
-    let (_, tree_rate) = rate(budget / 3, |input| {
-        let env = |sym: &Symbol| {
-            let i = SLOTS.iter().position(|n| *n == sym.name()).unwrap_or(0);
-            input[i]
-        };
-        for e in &outputs {
-            black_box(e.eval(&env));
+    let tree = measure(budget / 3, per_call, || {
+        for candidate in &candidates {
+            let env = |sym: &Symbol| {
+                let i = SLOTS.iter().position(|n| *n == sym.name()).unwrap_or(0);
+                candidate[i]
+            };
+            for e in &outputs {
+                black_box(e.eval(&env));
+            }
         }
     });
 
@@ -241,7 +274,9 @@ fn main() {
         "{{\"bench\":\"expr_eval\",\"outputs\":{},\"symbols\":{},\"tree_nodes\":{},\
          \"simplified_nodes\":{},\"instructions\":{},\"registers\":{},\"compile_ms\":{:.3},\
          \"evaluations\":{},\"evaluations_per_second\":{:.0},\"ns_per_evaluation\":{:.1},\
-         \"batch_evaluations_per_second\":{:.0},\"tree_walk_evaluations_per_second\":{:.0}}}",
+         \"evaluations_per_cpu_second\":{},\"batch_evaluations_per_second\":{:.0},\
+         \"batch_evaluations_per_cpu_second\":{},\"tree_walk_evaluations_per_second\":{:.0},\
+         \"tree_walk_evaluations_per_cpu_second\":{}}}",
         program.num_outputs(),
         program.num_inputs(),
         tree_nodes,
@@ -249,10 +284,13 @@ fn main() {
         program.num_instructions(),
         program.num_registers(),
         compile_ms,
-        evaluations,
-        compiled_rate,
-        1e9 / compiled_rate,
-        batch_rate,
-        tree_rate,
+        single.evaluations,
+        single.per_second,
+        1e9 / single.per_second,
+        json_number(single.per_cpu_second),
+        batch.per_second,
+        json_number(batch.per_cpu_second),
+        tree.per_second,
+        json_number(tree.per_cpu_second),
     );
 }
