@@ -138,8 +138,9 @@ pub struct Program {
 
 impl Program {
     /// Compiles `outputs`, whose symbols must all be among `slots`; `slots[i]` is read from
-    /// `inputs[i]` at evaluation. Outputs are simplified first, so compiling an unsimplified
-    /// expression costs nothing at evaluation.
+    /// `inputs[i]` at evaluation. Outputs are simplified first (see [`Expr::simplify`] for the
+    /// finiteness it assumes), so an unsimplified expression evaluates as fast as its simplified
+    /// form, and the values match tree evaluation up to rounding.
     pub fn compile(outputs: &[Expr], slots: &[Symbol]) -> Result<Program, CompileError> {
         let mut dag = Dag::new(slots)?;
         let mut roots = Vec::with_capacity(outputs.len());
