@@ -6,6 +6,10 @@
 //! set of candidate strategies for a fixed wall-clock budget. Prints one JSON object: the
 //! model's size, compile time, and evaluations per second of the compiled program one candidate
 //! at a time, in batches, and, for comparison, of walking the trees.
+//!
+//! Before timing, it checks the compiled outputs of every candidate against tree evaluation
+//! (relative 1e-12) and exits non-zero on a mismatch. Run by `cargo test --all-targets` (without
+//! the `--bench` flag `cargo bench` passes) it keeps only that check and a brief timing.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -213,6 +217,31 @@ fn measure(budget: Duration, per_call: u64, mut batch: impl FnMut()) -> Rate {
     }
 }
 
+/// Compares the compiled program with tree evaluation on every candidate.
+fn check_against_tree(
+    program: &Program,
+    outputs: &[Expr],
+    candidates: &[[f64; 12]],
+) -> Result<(), String> {
+    let mut values = vec![0.0; program.num_outputs()];
+    for candidate in candidates {
+        program.eval(candidate, &mut values);
+        let env = |sym: &Symbol| {
+            let i = SLOTS.iter().position(|n| *n == sym.name()).unwrap_or(0);
+            candidate[i]
+        };
+        for (i, (e, &compiled)) in outputs.iter().zip(&values).enumerate() {
+            let tree = e.eval(&env);
+            if (tree - compiled).abs() > 1e-12 * tree.abs().max(compiled.abs()) {
+                return Err(format!(
+                    "output {i} at {candidate:?}: tree {tree}, compiled {compiled}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn json_number(value: Option<f64>) -> String {
     value.map_or("null".to_string(), |v| format!("{v:.0}"))
 }
@@ -233,8 +262,13 @@ fn main() {
     };
     let compile_ms = compile_start.elapsed().as_secs_f64() * 1e3;
 
-    let budget = Duration::from_millis(1500);
     let candidates = candidates();
+    if let Err(message) = check_against_tree(&program, &outputs, &candidates) {
+        eprintln!("expr_eval: {message}");
+        std::process::exit(1);
+    }
+    let benchmarking = std::env::args().any(|arg| arg == "--bench");
+    let budget = Duration::from_millis(if benchmarking { 1500 } else { 30 });
     let per_call = candidates.len() as u64;
 
     let mut scratch = Vec::new();
