@@ -1,6 +1,48 @@
 //! A small symbolic expression type: symbols, constants, n-ary sum and product, division,
 //! max/min and ceil. The cost model is written once as `Expr` over the strategy symbols and
 //! evaluated many times by the planner.
+//!
+//! # Design
+//!
+//! `Expr` is a plain tree, in the spirit of an in-house symbolic dimension type rather than a
+//! computer-algebra system: it knows exactly the operations a training-step cost model needs
+//! and nothing else. Work is split in three layers:
+//!
+//! - **Building** (`expr.rs`): constructors and operator overloading build trees without any
+//!   rewriting, except that `+`, `-` and `*` append to a sum or product on their left instead of
+//!   nesting, so long chains like `a + b + c + ...` stay one level deep.
+//! - **Simplification** ([`Expr::simplify`], `expr/simplify.rs`): a single bottom-up pass of
+//!   smart constructors that each take normalised children and return a normalised node:
+//!   flattening, constant folding, merging of like terms (`2*x + 3*x → 5*x`), cancellation of
+//!   common factors in quotients, distribution of constant coefficients over sums, pruning of
+//!   max/min operands that differ only by a constant, and pulling integer terms out of `ceil`.
+//!   Operands are sorted by a total structural order (`expr/order.rs`), so expressions that
+//!   differ only in operand order, grouping or constant arithmetic simplify to identical trees,
+//!   and the pass is idempotent. There is no general expansion (`x*(y + z)` stays a product),
+//!   which keeps results small. The rewrites are exact over the reals and assume every
+//!   subexpression is finite (no division by zero), which holds for the positive strategy
+//!   symbols of a cost model; in floating point they change results only by rounding.
+//! - **Compilation** ([`Program`], `expr/dag.rs`, `expr/program.rs`): the simplified outputs
+//!   are hash-consed into one DAG shared by all outputs (common-subexpression elimination,
+//!   constants compared by their bits), folded once more, and lowered to a flat list of
+//!   register instructions over a single `f64` array. Evaluating a candidate strategy is then
+//!   a linear scan of that list with no allocation and no tree walking, which is the planner's
+//!   hot path. [`Program::eval_batch`] (`expr/batch.rs`) runs the same instructions over
+//!   several candidates side by side for a few times the throughput, with identical results.
+//!
+//! [`Expr::substitute`], [`Expr::symbols`] and the `Display` form (`expr/display.rs`) complete
+//! the surface.
+
+mod batch;
+mod dag;
+mod display;
+mod order;
+mod program;
+mod simplify;
+mod substitute;
+
+pub use batch::BatchScratch;
+pub use program::{CompileError, Program};
 
 use std::fmt;
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -68,6 +110,15 @@ impl Expr {
         Expr::Product(items.into_iter().collect())
     }
 
+    /// The value of a constant expression, such as a simplified expression whose symbols were
+    /// all substituted; `None` when the expression is not a `Const` node.
+    pub fn as_constant(&self) -> Option<f64> {
+        match self {
+            Expr::Const(c) => Some(*c),
+            _ => None,
+        }
+    }
+
     /// Evaluates by walking the tree; `env` gives each symbol's value. Panics on an unbound
     /// symbol, which is a programming error in the caller (the planner binds every symbol).
     pub fn eval(&self, env: &dyn Fn(&Symbol) -> f64) -> f64 {
@@ -108,27 +159,41 @@ impl From<Symbol> for Expr {
     }
 }
 
+/// `sum + term`, appending to `sum` when it already is a sum.
+fn append_term(sum: Expr, term: Expr) -> Expr {
+    match sum {
+        Expr::Sum(mut terms) => {
+            terms.push(term);
+            Expr::Sum(terms)
+        }
+        other => Expr::Sum(vec![other, term]),
+    }
+}
+
 impl<T: Into<Expr>> Add<T> for Expr {
     type Output = Expr;
     fn add(self, rhs: T) -> Expr {
-        Expr::Sum(vec![self, rhs.into()])
+        append_term(self, rhs.into())
     }
 }
 
 impl<T: Into<Expr>> Sub<T> for Expr {
     type Output = Expr;
     fn sub(self, rhs: T) -> Expr {
-        Expr::Sum(vec![
-            self,
-            Expr::Product(vec![Expr::Const(-1.0), rhs.into()]),
-        ])
+        append_term(self, Expr::Product(vec![Expr::Const(-1.0), rhs.into()]))
     }
 }
 
 impl<T: Into<Expr>> Mul<T> for Expr {
     type Output = Expr;
     fn mul(self, rhs: T) -> Expr {
-        Expr::Product(vec![self, rhs.into()])
+        match self {
+            Expr::Product(mut factors) => {
+                factors.push(rhs.into());
+                Expr::Product(factors)
+            }
+            other => Expr::Product(vec![other, rhs.into()]),
+        }
     }
 }
 

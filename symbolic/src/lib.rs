@@ -3,4 +3,4 @@
 pub mod cost;
 mod expr;
 
-pub use expr::{Expr, Symbol};
+pub use expr::{BatchScratch, CompileError, Expr, Program, Symbol};
