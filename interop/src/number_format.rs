@@ -25,12 +25,12 @@ pub fn short_count(n: u64) -> String {
     }
 }
 
-/// A signed percentage with one decimal: `+0.0%`, `-40.0%`.
+/// A signed percentage with two decimals: `+0.04%`, `-40.00%`.
 pub fn percent_change(ours: f64, reference: f64) -> String {
     if reference == 0.0 {
         return "n/a".to_string();
     }
-    format!("{:+.1}%", (ours - reference) / reference * 100.0)
+    format!("{:+.2}%", (ours - reference) / reference * 100.0)
 }
 
 #[cfg(test)]
@@ -54,7 +54,8 @@ mod tests {
 
     #[test]
     fn percent_changes() {
-        assert_eq!(percent_change(12288.0, 20480.0), "-40.0%");
+        assert_eq!(percent_change(12288.0, 20480.0), "-40.00%");
+        assert_eq!(percent_change(187_170_816.0, 187_105_280.0), "+0.04%");
         assert_eq!(percent_change(1.0, 0.0), "n/a");
     }
 }

@@ -218,7 +218,7 @@ fn qwen2_moe_experts(
                 "moe",
                 format!(
                     "the one shared expert of width {shared_width} is written as {units} shared \
-                     experts of {expert_ffn_hidden} (same shapes in total)"
+                     experts of {expert_ffn_hidden} (the same parameters and FLOPs)"
                 ),
             ));
         }
