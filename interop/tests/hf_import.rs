@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{check_golden, fixture};
+use common::check_golden;
 use tessel_grammar::{MlpKind, NormKind, PositionKind};
 use tessel_interop::hf::SUPPORTED_MODEL_TYPES;
 use tessel_interop::{import_hf_config, ImportError, ImportedModel};
@@ -22,6 +22,15 @@ const FIXTURES: &[&str] = &[
     "deepseek_v2_lite",
     "deepseek_v3",
 ];
+
+/// The text of a fixture file under `tests/fixtures`.
+fn fixture(name: &str) -> String {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
+}
 
 fn import(name: &str) -> ImportedModel {
     let source = format!("tests/fixtures/{name}.json");

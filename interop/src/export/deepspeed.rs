@@ -124,10 +124,14 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     let zero = zero_section(strategy, &mut report);
     let activation_checkpointing = checkpointing_section(spec, strategy, &mut report);
     report.note("gradient_clipping 1.0 is the customary value; Tessel's spec does not set one");
-    report.note(
-        "add an optimizer and scheduler (here or in code); with offload_optimizer DeepSpeed \
-         runs its CPU Adam",
-    );
+    if zero.offload_optimizer.is_some() {
+        report.note(
+            "add an optimizer and scheduler (here or in code); with offload_optimizer DeepSpeed \
+             steps on the CPU with its CPU Adam",
+        );
+    } else {
+        report.note("add an optimizer and scheduler (here or in code)");
+    }
 
     let config = DsConfig {
         train_batch_size: batch.global,
@@ -176,6 +180,14 @@ fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
             report.unsupported(format!(
                 "interleave = {}: DeepSpeed's pipeline engine has no interleaved schedule",
                 strategy.interleave
+            ));
+        }
+        if zero_stage(strategy) >= 2 {
+            report.unsupported(format!(
+                "zero = {} with pp = {}: DeepSpeed's pipeline engine accepts ZeRO stage 0 or 1 \
+                 only",
+                zero_stage(strategy),
+                strategy.pp
             ));
         }
         if strategy.stages.is_some() {

@@ -294,6 +294,12 @@ fn moe_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &mut R
     }
     if strategy.ep > 1 {
         flags.value("--moe-token-dispatcher-type", "alltoall");
+        if strategy.tp > 1 && !strategy.sequence_parallel {
+            report.note(
+                "Megatron-LM requires --sequence-parallel when expert and tensor parallelism \
+                 are combined; the strategy has sequence_parallel = false",
+            );
+        }
         if moe.experts % strategy.ep != 0 {
             report.note(format!(
                 "{} experts do not divide over ep = {}; Megatron-LM rejects this",
@@ -406,15 +412,18 @@ fn render(
     let cluster = &spec.cluster;
     let mut out = String::from("#!/usr/bin/env bash\n");
     out.push_str(&format!(
-        "# Megatron-LM launch for strategy `{}` of model `{}` on {} nodes × {} GPUs,\n",
-        strategy.name, spec.model.name, cluster.nodes, cluster.gpus_per_node
+        "# Megatron-LM launch for strategy `{}` of model `{}` on {},\n",
+        strategy.name,
+        spec.model.name,
+        super::cluster_size(spec)
     ));
-    out.push_str("# written by `tessel export --target megatron`. Run it on every node.\n");
+    out.push_str("# written by `tessel export`. Run it on every node.\n");
     report.push_comments(&mut out, "#");
     out.push_str("set -euo pipefail\n");
     if tp > 1 || cp > 1 {
         out.push_str(
-            "# Tensor and context parallelism overlap communication only with one CUDA stream.\n",
+            "# Megatron-LM requires this with tensor or context parallelism: kernels then run in\n\
+             # issue order, so communication overlaps compute as scheduled.\n",
         );
         out.push_str("export CUDA_DEVICE_MAX_CONNECTIONS=1\n");
     }

@@ -190,6 +190,16 @@ fn push_wrapped(out: &mut String, prefix: &str, text: &str) {
     out.push('\n');
 }
 
+/// `16 nodes × 8 GPUs`, for headers.
+pub(crate) fn cluster_size(spec: &Spec) -> String {
+    let nodes = spec.cluster.nodes;
+    format!(
+        "{nodes} node{} × {} GPUs",
+        if nodes == 1 { "" } else { "s" },
+        spec.cluster.gpus_per_node
+    )
+}
+
 /// The ZeRO stage a target writes: the strategy's, capped at 3.
 pub(crate) fn zero_stage(strategy: &Strategy) -> u8 {
     strategy.zero.min(3)

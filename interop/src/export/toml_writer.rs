@@ -47,6 +47,13 @@ pub(crate) struct TomlDoc {
 }
 
 impl TomlDoc {
+    /// A document whose sections render in this order, whenever keys are added to them.
+    pub fn with_sections(names: &[&str]) -> Self {
+        TomlDoc {
+            sections: names.iter().map(|n| (n.to_string(), Vec::new())).collect(),
+        }
+    }
+
     /// Sets `key` in `section`, creating the section at the end if it is new.
     pub fn set(&mut self, section: &str, key: &str, value: TomlValue) {
         let index = match self.sections.iter().position(|(name, _)| name == section) {
@@ -77,7 +84,11 @@ impl TomlDoc {
 
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for (i, (name, entries)) in self.sections.iter().enumerate() {
+        let filled = self
+            .sections
+            .iter()
+            .filter(|(_, entries)| !entries.is_empty());
+        for (i, (name, entries)) in filled.enumerate() {
             if i > 0 {
                 out.push('\n');
             }
@@ -111,6 +122,14 @@ mod tests {
             "[model]\nname = \"llama3\"\ntied = false\nconverters = [\"float8\"]\n\n\
              [training]\nseq_len = 4096\n"
         );
+    }
+
+    #[test]
+    fn declared_order_wins_and_empty_sections_are_skipped() {
+        let mut doc = TomlDoc::with_sections(&["a", "b", "c"]);
+        doc.bool("c", "x", true);
+        doc.bool("a", "y", false);
+        assert_eq!(doc.render(), "[a]\ny = false\n\n[c]\nx = true\n");
     }
 
     #[test]

@@ -27,7 +27,14 @@ const LLAMA3_FLAVORS: &[(&str, u64, u64, u64, u64, u64)] = &[
 pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     let mut report = Report::new();
     report.check_common(spec, strategy);
-    let mut doc = TomlDoc::default();
+    let mut doc = TomlDoc::with_sections(&[
+        "job",
+        "model",
+        "training",
+        "parallelism",
+        "activation_checkpoint",
+        "compile",
+    ]);
     doc.str(
         "job",
         "description",
@@ -44,12 +51,14 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
 
     let mut text = String::new();
     text.push_str(&format!(
-        "# torchtitan job config for strategy `{}` of model `{}` on {} nodes × {} GPUs,\n",
-        strategy.name, spec.model.name, spec.cluster.nodes, spec.cluster.gpus_per_node
+        "# torchtitan job config for strategy `{}` of model `{}` on {},\n",
+        strategy.name,
+        spec.model.name,
+        super::cluster_size(spec)
     ));
+    text.push_str("# written by `tessel export`. Launch on every node with\n");
     text.push_str(&format!(
-        "# written by `tessel export --target torchtitan`. Launch with torchrun --nnodes {} \
-         --nproc_per_node {} -m torchtitan.train --job.config_file FILE\n",
+        "#   torchrun --nnodes {} --nproc_per_node {} -m torchtitan.train --job.config_file FILE\n",
         spec.cluster.nodes, spec.cluster.gpus_per_node
     ));
     report.note("add [optimizer], [lr_scheduler], dataset, tokenizer_path, steps and [checkpoint]");

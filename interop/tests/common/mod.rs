@@ -40,12 +40,3 @@ pub fn check_golden(name: &str, actual: &str) {
         );
     }
 }
-
-/// The text of a fixture file under `tests/fixtures`.
-pub fn fixture(name: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()))
-}
