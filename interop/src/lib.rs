@@ -12,4 +12,4 @@ pub mod hf;
 mod number_format;
 
 pub use export::{export, ExportOutput, ExportTarget};
-pub use hf::{import_hf_config, ImportError, ImportedModel};
+pub use hf::{import_hf_config, import_hf_file, ImportError, ImportedModel};

@@ -591,3 +591,39 @@ fn inconsistent_strategies_are_reported_not_panicked() {
         assert!(out.notes.iter().any(|n| n.contains("GPUs")), "{target}");
     }
 }
+
+/// Strategies with extreme or inconsistent values: every target answers, none panics.
+#[test]
+fn hostile_strategies_never_panic() {
+    let extremes = [0u64, 1, 3, 1 << 40, u64::MAX];
+    for (_, base) in cases() {
+        for field in 0..7 {
+            for &x in &extremes {
+                let mut spec = base.clone();
+                let s = &mut spec.strategies[0];
+                match field {
+                    0 => s.dp = x,
+                    1 => s.tp = x,
+                    2 => s.pp = x,
+                    3 => s.cp = x,
+                    4 => s.ep = x,
+                    5 => s.microbatch = x,
+                    _ => s.interleave = x,
+                }
+                s.recompute = Recompute::Partial { full_layers: x };
+                s.stages = Some(vec![x, x]);
+                s.zero = (x % 256) as u8;
+                s.offload = Offload {
+                    optimizer: f64::NAN,
+                    weights: -1.0,
+                    gradients: 1e300,
+                    activations: 0.5,
+                };
+                for target in ExportTarget::ALL {
+                    let out = run(&spec, target);
+                    assert!(!out.text.is_empty());
+                }
+            }
+        }
+    }
+}

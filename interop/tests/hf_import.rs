@@ -416,3 +416,58 @@ fn qwen_moe_dense_blocks_that_no_pattern_expresses_are_noted() {
     assert!(moe.first_dense > 0 || moe.every > 1);
     assert!(model.to_tsl().contains("placed differently"));
 }
+
+#[test]
+fn files_are_read_and_missing_files_reported() {
+    let path =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt2.json");
+    let model = tessel_interop::import_hf_file(&path).unwrap();
+    assert_eq!(model.spec.name, "gpt2");
+    let err =
+        tessel_interop::import_hf_file(std::path::Path::new("no/such/config.json")).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("no/such/config.json: cannot read: "),
+        "{err}"
+    );
+}
+
+/// Every field of every fixture replaced by hostile values: the importer answers with a model
+/// or an error, never a panic.
+#[test]
+fn hostile_values_never_panic() {
+    let hostile = [
+        "null",
+        "0",
+        "-1",
+        "1.5",
+        "1e300",
+        "18446744073709551615",
+        "\"x\"",
+        "[]",
+        "[1, \"a\"]",
+        "{}",
+        "true",
+        "4097",
+        "16777217",
+    ];
+    for name in FIXTURES {
+        let text = fixture(&format!("{name}.json"));
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        for key in &keys {
+            for replacement in hostile {
+                let mut mutated = value.clone();
+                mutated[key.as_str()] = serde_json::from_str(replacement).unwrap();
+                let json = serde_json::to_string(&mutated).unwrap();
+                if let Ok(model) = import_hf_config(&json, "c.json") {
+                    // Whatever is accepted renders and counts without overflow.
+                    let _ = model.to_tsl();
+                }
+            }
+            let mut removed = value.clone();
+            removed.as_object_mut().unwrap().remove(key);
+            let _ = import_hf_config(&serde_json::to_string(&removed).unwrap(), "c.json");
+        }
+    }
+}

@@ -20,7 +20,7 @@ pub(crate) struct Batches {
 impl Batches {
     /// Sequences each data-parallel replica processes per step.
     pub fn per_replica(&self) -> u64 {
-        self.micro * self.micro_batches
+        self.micro.saturating_mul(self.micro_batches)
     }
 }
 
@@ -28,20 +28,20 @@ pub(crate) fn batches(spec: &Spec, strategy: &Strategy, report: &mut Report) -> 
     let micro = strategy.microbatch.max(1);
     let dp = strategy.dp.max(1);
     let global = spec.train.global_batch;
-    let per_round = micro * dp;
+    let per_round = micro.saturating_mul(dp);
     let micro_batches = (global / per_round).max(1);
     if !global.is_multiple_of(per_round) || global < per_round {
         report.note(format!(
             "global_batch {global} is not a multiple of microbatch·dp = {micro}·{dp}; the \
              frameworks need it to be, so each replica runs {micro_batches} micro-batch(es) and \
              the global batch becomes {}",
-            micro_batches * per_round
+            micro_batches.saturating_mul(per_round)
         ));
     }
     Batches {
         micro,
         dp,
-        global: micro_batches * per_round,
+        global: micro_batches.saturating_mul(per_round),
         micro_batches,
     }
 }

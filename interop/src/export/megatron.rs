@@ -122,7 +122,7 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
             PositionKind::Learned => "learned_absolute",
         },
     );
-    let padded_vocab = model.vocab.div_ceil(tp) * tp;
+    let padded_vocab = model.vocab.div_ceil(tp).saturating_mul(tp);
     flags.value("--padded-vocab-size", padded_vocab);
     if padded_vocab != model.vocab {
         report.note(format!(
@@ -344,12 +344,12 @@ fn recompute_flags(strategy: &Strategy, flags: &mut Flags, report: &mut Report) 
                 1
             };
             let per_chunk = full_layers.div_ceil(v);
-            if per_chunk * v != full_layers {
+            if per_chunk.saturating_mul(v) != full_layers {
                 report.unsupported(format!(
                     "recompute = {{ full_layers = {full_layers} }} with interleave = {v}: \
                      Megatron-LM recomputes the first N layers of each of the {v} virtual stages, \
                      so {} layers per stage are recomputed",
-                    per_chunk * v
+                    per_chunk.saturating_mul(v)
                 ));
             }
             flags.value("--recompute-num-layers", per_chunk);

@@ -95,6 +95,27 @@ pub struct ExportOutput {
     pub notes: Vec<String>,
 }
 
+impl ExportOutput {
+    /// The unsupported items and notes as indented lines for a terminal (empty when there are
+    /// none), e.g. for the CLI to print on stderr after writing `text`.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        for (title, items) in [
+            ("not expressible", &self.unsupported),
+            ("notes", &self.notes),
+        ] {
+            if items.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("{title}:\n"));
+            for item in items.iter() {
+                out.push_str(&format!("  - {item}\n"));
+            }
+        }
+        out
+    }
+}
+
 /// Writes `strategy` (one of `spec`'s, or one the planner chose) for `target`.
 pub fn export(spec: &Spec, strategy: &Strategy, target: ExportTarget) -> ExportOutput {
     match target {

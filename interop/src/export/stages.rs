@@ -19,8 +19,15 @@ pub(crate) fn stages(spec: &Spec, strategy: &Strategy, report: &mut Report) -> S
     let layers = spec.model.layers;
     let pp = strategy.pp.max(1);
     let v = strategy.interleave.max(1);
+    if pp > layers.max(1) {
+        report.unsupported(format!(
+            "pp = {pp} is more pipeline stages than the model's {layers} layers; written as one \
+             layer per virtual stage"
+        ));
+        return Stages::Even { per_chunk: 1 };
+    }
     if let Some(given) = &strategy.stages {
-        let sum: u64 = given.iter().sum();
+        let sum = given.iter().fold(0u64, |acc, &n| acc.saturating_add(n));
         if given.len() as u64 == pp && sum == layers && given.iter().all(|&n| n > 0) {
             let all_equal = given.iter().all(|&n| n == given[0]);
             if all_equal && given[0] % v == 0 {
@@ -34,9 +41,10 @@ pub(crate) fn stages(spec: &Spec, strategy: &Strategy, report: &mut Report) -> S
             "stages = {given:?} does not give {pp} stages summing to {layers} layers; ignored"
         ));
     }
-    if layers.is_multiple_of(pp * v) {
+    let chunks = pp.saturating_mul(v);
+    if layers.is_multiple_of(chunks) {
         return Stages::Even {
-            per_chunk: layers / (pp * v),
+            per_chunk: layers / chunks,
         };
     }
     let split = default_split(layers, pp);

@@ -92,7 +92,7 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
                 && llama_shaped
                 && (*l, *d, *h, *kv, *ffn)
                     == (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden)
-                && m.head_dim * m.heads == m.hidden
+                && m.head_dim.checked_mul(m.heads) == Some(m.hidden)
         })
         .map(|(flavor, ..)| *flavor);
     match known {
@@ -262,7 +262,7 @@ fn parallelism_section(
     }
     doc.int("parallelism", "context_parallel_degree", cp);
     doc.int("parallelism", "expert_parallel_degree", ep);
-    if ep > 1 && (ep < cp || ep > shard * cp) {
+    if ep > 1 && (ep < cp || ep > shard.saturating_mul(cp)) {
         report.note(format!(
             "torchtitan needs context_parallel_degree <= expert_parallel_degree <= \
              data_parallel_shard_degree·context_parallel_degree; ep = {ep}, cp = {cp}, shard = \
@@ -296,7 +296,7 @@ fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &m
             if v == 1 && middle_equal {
                 (widest, widest - split[0], widest - split[split.len() - 1])
             } else {
-                let per_chunk = spec.model.layers.div_ceil(pp * v);
+                let per_chunk = spec.model.layers.div_ceil(pp.saturating_mul(v));
                 report.unsupported(format!(
                     "stages = {split:?}{}: torchtitan makes only the first and last virtual \
                      stage lighter; written as {per_chunk} layers per virtual stage",
@@ -413,7 +413,7 @@ fn checkpoint_section(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, repor
                 "selective_ac_option",
                 every.to_string(),
             );
-            if !per_stage.is_multiple_of(n) || every * n != per_stage {
+            if !per_stage.is_multiple_of(n) || every.saturating_mul(n) != per_stage {
                 report.unsupported(format!(
                     "recompute = {{ full_layers = {full_layers} }}: torchtitan checkpoints every \
                      k-th block, not the first N of a stage; k = {every} recomputes about {} of \

@@ -104,6 +104,18 @@ impl<'a> HfConfig<'a> {
         }
     }
 
+    /// An optional non-negative integer of at most [`MAX_DIMENSION`].
+    pub(crate) fn small_count(&self, field: &str) -> Result<Option<u64>, ImportError> {
+        match self.count(field)? {
+            Some(n) if n > MAX_DIMENSION => Err(self.unsupported(
+                field,
+                n.to_string(),
+                format!("it is implausibly large (more than {MAX_DIMENSION})"),
+            )),
+            other => Ok(other),
+        }
+    }
+
     /// A required positive integer of at most [`MAX_DIMENSION`].
     pub(crate) fn positive(&self, field: &str) -> Result<u64, ImportError> {
         self.positive_opt(field)?.ok_or_else(|| self.missing(field))

@@ -178,8 +178,8 @@ fn experts_of(
     let top_k = config.positive("num_experts_per_tok")?;
     check_top_k(config, "num_experts_per_tok", top_k, experts)?;
     let expert_ffn_hidden = config.positive("moe_intermediate_size")?;
-    let shared_experts = config.count("n_shared_experts")?.unwrap_or(0);
-    let first_k_dense = config.count("first_k_dense_replace")?.unwrap_or(0);
+    let shared_experts = config.small_count("n_shared_experts")?.unwrap_or(0);
+    let first_k_dense = config.small_count("first_k_dense_replace")?.unwrap_or(0);
     let freq = config.positive_opt("moe_layer_freq")?.unwrap_or(1);
     // DeepSeek: experts in block l when l >= first_k_dense_replace and l % moe_layer_freq == 0.
     let source: Vec<bool> = (0..layers)
@@ -194,9 +194,9 @@ fn experts_of(
     })?;
     note_inexact_layout(&layout, notes);
     notes.push(dropless_note());
-    let groups = config.count("n_group")?.unwrap_or(1);
+    let groups = config.small_count("n_group")?.unwrap_or(1);
     if groups > 1 {
-        let top_groups = config.count("topk_group")?.unwrap_or(groups);
+        let top_groups = config.small_count("topk_group")?.unwrap_or(groups);
         notes.push(Note::general(format!(
             "group-limited routing (n_group {groups}, topk_group {top_groups}) is not modelled: \
              it bounds how many expert groups one token's all-to-all reaches"

@@ -5,6 +5,8 @@ use std::fmt;
 /// An import failure. Every variant names the source file and, where there is one, the field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ImportError {
+    /// The file could not be read.
+    Io { path: String, message: String },
     /// The text is not JSON.
     Json {
         source_name: String,
@@ -53,6 +55,7 @@ pub enum ImportError {
 impl fmt::Display for ImportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            ImportError::Io { path, message } => write!(f, "{path}: cannot read: {message}"),
             ImportError::Json {
                 source_name,
                 line,

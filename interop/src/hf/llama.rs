@@ -171,7 +171,7 @@ fn qwen2_moe_experts(
     check_top_k(config, "num_experts_per_tok", top_k, experts)?;
     let expert_ffn_hidden = config.positive("moe_intermediate_size")?;
     let shared_width = config
-        .count("shared_expert_intermediate_size")?
+        .small_count("shared_expert_intermediate_size")?
         .unwrap_or(0);
     let step = config.positive_opt("decoder_sparse_step")?.unwrap_or(1);
     let dense_only = config.count_list("mlp_only_layers")?;

@@ -147,6 +147,16 @@ pub fn import_hf_config(json: &str, source_name: &str) -> Result<ImportedModel, 
     })
 }
 
+/// Reads and imports a `config.json` file; the path as given is the source name.
+pub fn import_hf_file(path: &std::path::Path) -> Result<ImportedModel, ImportError> {
+    let source_name = path.display().to_string();
+    let json = std::fs::read_to_string(path).map_err(|e| ImportError::Io {
+        path: source_name.clone(),
+        message: e.to_string(),
+    })?;
+    import_hf_config(&json, &source_name)
+}
+
 /// serde_json's message without its trailing " at line L column C" (the error carries those).
 fn json_message(e: &serde_json::Error) -> String {
     let text = e.to_string();
