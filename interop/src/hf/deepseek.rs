@@ -14,8 +14,7 @@ use tessel_grammar::{ModelSpec, MoeSpec, NormKind, PositionKind};
 use super::activation::gated_mlp;
 use super::config::HfConfig;
 use super::error::ImportError;
-use super::llama::{check_top_k, dropless_note, note_inexact_layout};
-use super::moe_layout;
+use super::moe::{self, check_top_k, dropless_note, note_inexact_layout};
 use super::note::Note;
 use super::shape::{note_partial_bias, note_rope_scaling};
 use crate::number_format::{percent_change, thousands};
@@ -185,7 +184,7 @@ fn experts_of(
     let source: Vec<bool> = (0..layers)
         .map(|l| l >= first_k_dense && l % freq == 0)
         .collect();
-    let layout = moe_layout::fit(&source).ok_or_else(|| {
+    let layout = moe::fit(&source).ok_or_else(|| {
         config.unsupported(
             "first_k_dense_replace",
             first_k_dense.to_string(),

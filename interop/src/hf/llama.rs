@@ -6,7 +6,7 @@ use tessel_grammar::{ModelSpec, MoeSpec, NormKind, PositionKind};
 use super::activation::gated_mlp;
 use super::config::HfConfig;
 use super::error::ImportError;
-use super::moe_layout;
+use super::moe::{self, check_top_k, dropless_note, note_inexact_layout};
 use super::note::Note;
 use super::shape::{note_partial_bias, note_rope_scaling, note_sliding_window, read_heads};
 use crate::number_format::thousands;
@@ -95,51 +95,6 @@ pub(crate) fn import(
     Ok((spec, notes))
 }
 
-/// Top-k routing needs `top_k` of the experts.
-pub(crate) fn check_top_k(
-    config: &HfConfig,
-    top_k_field: &str,
-    top_k: u64,
-    experts: u64,
-) -> Result<(), ImportError> {
-    if top_k > experts {
-        return Err(config.unsupported(
-            top_k_field,
-            top_k.to_string(),
-            format!("it routes to more experts than the {experts} there are"),
-        ));
-    }
-    Ok(())
-}
-
-/// The note every imported MoE model carries about capacity.
-pub(crate) fn dropless_note() -> Note {
-    Note::on(
-        "moe",
-        "Hugging Face routes without dropping tokens; capacity_factor = 1.0 costs each expert \
-         its average load",
-    )
-}
-
-/// Describes a layout that differs from the source's expert blocks.
-pub(crate) fn note_inexact_layout(layout: &moe_layout::MoeLayout, notes: &mut Vec<Note>) {
-    if layout.is_exact() {
-        return;
-    }
-    notes.push(Note::on(
-        "moe",
-        format!(
-            "the config puts experts in {} blocks in a pattern Tessel cannot write; every = {}, \
-             first_dense = {} gives {} expert blocks, {} block(s) placed differently",
-            layout.source_count,
-            layout.every,
-            layout.first_dense,
-            layout.tessel_count,
-            layout.misplaced
-        ),
-    ));
-}
-
 fn mixtral_experts(
     config: &HfConfig,
     ffn_hidden: u64,
@@ -187,7 +142,7 @@ fn qwen2_moe_experts(
     let source: Vec<bool> = (0..layers)
         .map(|l| !dense_only.contains(&l) && (l + 1) % step == 0)
         .collect();
-    let layout = moe_layout::fit(&source).ok_or_else(|| {
+    let layout = moe::fit(&source).ok_or_else(|| {
         config.unsupported(
             "mlp_only_layers",
             format!("{dense_only:?}"),

@@ -14,7 +14,7 @@ mod gpt2;
 mod gpt_neox;
 mod imported;
 mod llama;
-mod moe_layout;
+mod moe;
 mod note;
 mod shape;
 

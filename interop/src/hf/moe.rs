@@ -1,4 +1,6 @@
-//! Which blocks carry experts, and the Tessel `every`/`first_dense` pattern closest to it.
+//! Expert settings shared by the MoE families: which blocks carry experts and the Tessel
+//! `every`/`first_dense` pattern closest to it, top-k checks, and the notes every MoE import
+//! makes.
 //!
 //! Tessel puts experts in block `l` (0-based) when `l >= first_dense` and
 //! `(l - first_dense + 1) % every == 0`. Hugging Face families describe the same thing in their
@@ -7,7 +9,9 @@
 //! family's expert blocks and searches for the Tessel pattern that matches them: the same number
 //! of expert blocks first (parameters), then the fewest blocks in the wrong place.
 
-use crate::hf::config::MAX_LAYERS;
+use crate::hf::config::{HfConfig, MAX_LAYERS};
+use crate::hf::error::ImportError;
+use crate::hf::note::Note;
 
 /// A Tessel expert-block pattern and how well it matches the source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +77,51 @@ pub(crate) fn fit(source: &[bool]) -> Option<MoeLayout> {
         }
     }
     best.map(|(_, _, layout)| layout)
+}
+
+/// Top-k routing needs `top_k` of the experts.
+pub(crate) fn check_top_k(
+    config: &HfConfig,
+    top_k_field: &str,
+    top_k: u64,
+    experts: u64,
+) -> Result<(), ImportError> {
+    if top_k > experts {
+        return Err(config.unsupported(
+            top_k_field,
+            top_k.to_string(),
+            format!("it routes to more experts than the {experts} there are"),
+        ));
+    }
+    Ok(())
+}
+
+/// The note every imported MoE model carries about capacity.
+pub(crate) fn dropless_note() -> Note {
+    Note::on(
+        "moe",
+        "Hugging Face routes without dropping tokens; capacity_factor = 1.0 costs each expert \
+         its average load",
+    )
+}
+
+/// Describes a layout that differs from the source's expert blocks.
+pub(crate) fn note_inexact_layout(layout: &MoeLayout, notes: &mut Vec<Note>) {
+    if layout.is_exact() {
+        return;
+    }
+    notes.push(Note::on(
+        "moe",
+        format!(
+            "the config puts experts in {} blocks in a pattern Tessel cannot write; every = {}, \
+             first_dense = {} gives {} expert blocks, {} block(s) placed differently",
+            layout.source_count,
+            layout.every,
+            layout.first_dense,
+            layout.tessel_count,
+            layout.misplaced
+        ),
+    ));
 }
 
 #[cfg(test)]
