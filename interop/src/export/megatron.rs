@@ -307,7 +307,13 @@ fn moe_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &mut R
             ));
         }
     }
-    flags.switch("--moe-grouped-gemm");
+    // Megatron-LM's grouped GEMM for experts supports bf16 only.
+    if matches!(spec.train.precision, Precision::Bf16 | Precision::Fp8) {
+        flags.switch("--moe-grouped-gemm");
+    }
+    if strategy.ep > 1 && spec.train.precision == Precision::Fp16 {
+        report.note("Megatron-LM rejects expert parallelism with fp16 training; use bf16");
+    }
     if moe.capacity_factor > 1.0 {
         flags.value("--moe-expert-capacity-factor", moe.capacity_factor);
         flags.switch("--moe-pad-expert-input-to-capacity");

@@ -158,7 +158,7 @@ impl Report {
         if product != world {
             self.note(format!(
                 "dp·tp·pp·cp = {}·{}·{}·{} = {product}, but the cluster has {world} GPUs; the \
-                 launcher below uses the cluster's size",
+                 frameworks derive the data-parallel size from the GPUs they run on",
                 strategy.dp, strategy.tp, strategy.pp, strategy.cp
             ));
         }
