@@ -274,13 +274,8 @@ fn golden_exports() {
     for (name, spec) in cases() {
         for target in ExportTarget::ALL {
             let out = run(&spec, target);
-            let extension = match target {
-                ExportTarget::Megatron => "sh",
-                ExportTarget::Torchtitan => "toml",
-                ExportTarget::Deepspeed => "json",
-            };
             check_golden(
-                &format!("export/{name}.{}.{extension}", target.name()),
+                &format!("export/{name}.{}.golden", target.name()),
                 &golden_text(&out),
             );
         }
