@@ -1,0 +1,245 @@
+//! `tessel export`: one strategy of a spec as another framework's launch configuration.
+//!
+//! Each target writes what it can express and lists, in words, what it cannot
+//! ([`ExportOutput::unsupported`]) and what the user must still add or check
+//! ([`ExportOutput::notes`]). Output is deterministic: fixed key order, fixed number formats.
+
+mod batches;
+mod deepspeed;
+mod megatron;
+mod stages;
+#[cfg(test)]
+mod test_spec;
+mod toml_writer;
+mod torchtitan;
+
+use std::fmt;
+use std::str::FromStr;
+
+use tessel_grammar::{Spec, Strategy};
+
+/// The frameworks `tessel export` writes for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExportTarget {
+    /// Megatron-LM: a `torchrun … pretrain_gpt.py` command with one flag per line.
+    Megatron,
+    /// torchtitan: a TOML job config.
+    Torchtitan,
+    /// DeepSpeed: a `ds_config.json`.
+    Deepspeed,
+}
+
+impl ExportTarget {
+    pub const ALL: [ExportTarget; 3] = [
+        ExportTarget::Megatron,
+        ExportTarget::Torchtitan,
+        ExportTarget::Deepspeed,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportTarget::Megatron => "megatron",
+            ExportTarget::Torchtitan => "torchtitan",
+            ExportTarget::Deepspeed => "deepspeed",
+        }
+    }
+}
+
+impl fmt::Display for ExportTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An export target name that is not one of [`ExportTarget::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownTarget(pub String);
+
+impl fmt::Display for UnknownTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = ExportTarget::ALL.iter().map(|t| t.name()).collect();
+        write!(
+            f,
+            "unknown export target `{}`; expected one of: {}",
+            self.0,
+            names.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownTarget {}
+
+impl FromStr for ExportTarget {
+    type Err = UnknownTarget;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.to_ascii_lowercase();
+        ExportTarget::ALL
+            .into_iter()
+            .find(|t| t.name() == lower || (lower == "megatron-lm" && *t == ExportTarget::Megatron))
+            .ok_or_else(|| UnknownTarget(s.to_string()))
+    }
+}
+
+/// What an export produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportOutput {
+    /// The configuration file's contents.
+    pub text: String,
+    /// A file name to save `text` under, e.g. `megatron_reference.megatron.sh`.
+    pub file_name_hint: String,
+    /// Parts of the strategy the target cannot express, and what was written instead.
+    pub unsupported: Vec<String>,
+    /// What the user still has to add or check; not losses.
+    pub notes: Vec<String>,
+}
+
+impl ExportOutput {
+    /// The unsupported items and notes as indented lines for a terminal (empty when there are
+    /// none), e.g. for the CLI to print on stderr after writing `text`.
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        for (title, items) in [
+            ("not expressible", &self.unsupported),
+            ("notes", &self.notes),
+        ] {
+            if items.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("{title}:\n"));
+            for item in items.iter() {
+                out.push_str(&format!("  - {item}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// Writes `strategy` (one of `spec`'s, or one the planner chose) for `target`.
+pub fn export(spec: &Spec, strategy: &Strategy, target: ExportTarget) -> ExportOutput {
+    match target {
+        ExportTarget::Megatron => megatron::export(spec, strategy),
+        ExportTarget::Torchtitan => torchtitan::export(spec, strategy),
+        ExportTarget::Deepspeed => deepspeed::export(spec, strategy),
+    }
+}
+
+/// Facts every target reports the same way.
+pub(crate) struct Report {
+    pub unsupported: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    pub fn new() -> Self {
+        Report {
+            unsupported: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn unsupported(&mut self, text: impl Into<String>) {
+        self.unsupported.push(text.into());
+    }
+
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.notes.push(text.into());
+    }
+
+    /// Checks that hold for every target: the degrees multiply to the cluster, ZeRO exists.
+    pub fn check_common(&mut self, spec: &Spec, strategy: &Strategy) {
+        let world = spec.cluster.total_gpus();
+        let product = strategy
+            .dp
+            .saturating_mul(strategy.tp)
+            .saturating_mul(strategy.pp)
+            .saturating_mul(strategy.cp);
+        if product != world {
+            self.note(format!(
+                "dp·tp·pp·cp = {}·{}·{}·{} = {product}, but the cluster has {world} GPUs; the \
+                 frameworks derive the data-parallel size from the GPUs they run on",
+                strategy.dp, strategy.tp, strategy.pp, strategy.cp
+            ));
+        }
+        if strategy.zero > 3 {
+            self.unsupported(format!(
+                "zero = {}: ZeRO stages are 0 to 3; exported as stage 3",
+                strategy.zero
+            ));
+        }
+        if strategy.ep > 1 && spec.model.moe.is_none() {
+            self.unsupported(format!(
+                "ep = {} on a model without experts: expert parallelism is ignored",
+                strategy.ep
+            ));
+        }
+    }
+
+    /// Appends the report as comment lines (`prefix` is `#` for shell and TOML).
+    pub fn push_comments(&self, out: &mut String, prefix: &str) {
+        let sections = [
+            ("Not expressible in this format:", &self.unsupported),
+            ("Notes:", &self.notes),
+        ];
+        for (title, items) in sections {
+            if items.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("{prefix} {title}\n"));
+            for item in items.iter() {
+                push_wrapped(out, prefix, item);
+            }
+        }
+    }
+}
+
+/// One `- item`, wrapped at 96 columns under `prefix`.
+fn push_wrapped(out: &mut String, prefix: &str, text: &str) {
+    const WIDTH: usize = 96;
+    let mut line = format!("{prefix}   -");
+    for word in text.split_whitespace() {
+        if line.len() + 1 + word.len() > WIDTH && !line.ends_with('-') {
+            out.push_str(&line);
+            out.push('\n');
+            line = format!("{prefix}    ");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
+/// `16 nodes × 8 GPUs`, for headers.
+pub(crate) fn cluster_size(spec: &Spec) -> String {
+    let nodes = spec.cluster.nodes;
+    format!(
+        "{nodes} node{} × {} GPUs",
+        if nodes == 1 { "" } else { "s" },
+        spec.cluster.gpus_per_node
+    )
+}
+
+/// The ZeRO stage a target writes: the strategy's, capped at 3.
+pub(crate) fn zero_stage(strategy: &Strategy) -> u8 {
+    strategy.zero.min(3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_names_round_trip() {
+        for target in ExportTarget::ALL {
+            assert_eq!(target.name().parse::<ExportTarget>(), Ok(target));
+        }
+        assert_eq!("Megatron-LM".parse(), Ok(ExportTarget::Megatron));
+        let err = "nemo".parse::<ExportTarget>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown export target `nemo`; expected one of: megatron, torchtitan, deepspeed"
+        );
+    }
+}
