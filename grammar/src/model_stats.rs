@@ -32,7 +32,9 @@ impl ModelSpec {
     pub fn is_moe_layer(&self, layer: u64) -> bool {
         match &self.moe {
             None => false,
-            Some(moe) => layer >= moe.first_dense && (layer - moe.first_dense + 1) % moe.every == 0,
+            Some(moe) => {
+                layer >= moe.first_dense && (layer - moe.first_dense + 1).is_multiple_of(moe.every)
+            }
         }
     }
 
