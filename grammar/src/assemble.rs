@@ -113,6 +113,7 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
             let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
             let t = train::lower(&mut f);
             let precision_span = f.get("precision").map_or(f.anchor, |v| v.span);
+            let precision_written = f.has("precision");
             let seq_len_span = f.get("seq_len").map_or(f.anchor, |v| v.span);
             let model = t
                 .model
@@ -150,7 +151,11 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
                                 name.to_uppercase()
                             ),
                         )
-                        .with_help("choose another `precision`"),
+                        .with_help(if precision_written {
+                            "choose another `precision`"
+                        } else {
+                            "`precision` defaults to `bf16`; set another, such as `precision = fp16`"
+                        }),
                     );
                 }
             }

@@ -197,6 +197,12 @@ pub fn eval(expr: &Expr, scope: &Scope, problems: &mut Vec<Problem>) -> Option<S
             Value::Quantity { value: -value, dim }
         }
         ExprKind::Chain { first, rest } => {
+            if let Some(name) = dashed_name(first, rest, scope) {
+                return Some(Spanned {
+                    value: Value::Ident(name),
+                    span,
+                });
+            }
             let (mut value, mut dim) =
                 arithmetic_operand(scope, eval(first, scope, problems)?, problems)?;
             for (op, operand) in rest {
@@ -247,6 +253,34 @@ pub fn eval(expr: &Expr, scope: &Scope, problems: &mut Vec<Problem>) -> Option<S
     Some(Spanned { value, span })
 }
 
+/// `H100-SXM` or `A100-80GB` written without spaces parses as a subtraction of unknown names;
+/// it is read as one name so that the error can say "unknown GPU `H100-SXM`; did you mean
+/// `H100_SXM`?" instead of complaining about arithmetic.
+fn dashed_name(first: &Expr, rest: &[(BinaryOp, Expr)], scope: &Scope) -> Option<String> {
+    let part = |e: &Expr| match &e.kind {
+        ExprKind::Ident(name) if scope.get(name).is_none() => Some(name.clone()),
+        ExprKind::Number(n) => Some(format_number(*n)),
+        ExprKind::Quantity { value, unit } => {
+            Some(format!("{}{}", format_number(*value), unit.text))
+        }
+        _ => None,
+    };
+    let ExprKind::Ident(_) = first.kind else {
+        return None;
+    };
+    let mut name = part(first)?;
+    let mut end = first.span.end;
+    for (op, e) in rest {
+        if *op != BinaryOp::Sub || e.span.start != end + 1 {
+            return None;
+        }
+        name.push('-');
+        name.push_str(&part(e)?);
+        end = e.span.end;
+    }
+    Some(name)
+}
+
 /// The number and dimension of an arithmetic operand, or why it cannot be one.
 fn arithmetic_operand(
     scope: &Scope,
@@ -294,8 +328,11 @@ fn finite(value: f64, span: Span, problems: &mut Vec<Problem>) -> Option<f64> {
 pub fn format_number(n: f64) -> String {
     if n.fract() == 0.0 && n.abs() < 1e15 {
         format!("{}", n as i64)
+    } else if n.abs() >= 1e15 {
+        format!("{n:e}")
     } else {
-        format!("{n}")
+        let text = format!("{n:.6}");
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
@@ -404,6 +441,24 @@ mod tests {
             Value::Record(fields) => assert_eq!(fields[1].value.value, quantity(2e9, Dim::SIZE)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn dashed_names_stay_names() {
+        assert_eq!(
+            eval_lets("let x = H100-SXM"),
+            Ok(Value::Ident("H100-SXM".into()))
+        );
+        assert_eq!(
+            eval_lets("let x = A100-80GB"),
+            Ok(Value::Ident("A100-80GB".into()))
+        );
+        // With spaces, or with a known name, it is arithmetic.
+        assert_eq!(
+            eval_lets("let x = a - b"),
+            Err(vec!["unknown name `a` in arithmetic".into()])
+        );
+        assert_eq!(eval_lets("let n = 8\nlet x = n-2"), Ok(Value::number(6.0)));
     }
 
     #[test]

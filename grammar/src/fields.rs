@@ -53,6 +53,7 @@ impl<'p> Fields<'p> {
     pub fn record<'q>(
         key: &str,
         value: &Spanned,
+        example: &str,
         problems: &'q mut Vec<Problem>,
     ) -> Option<Fields<'q>> {
         match &value.value {
@@ -67,7 +68,7 @@ impl<'p> Fields<'p> {
                 problems.push(Problem::new(
                     value.span,
                     format!(
-                        "`{key}` expects a record such as `{{ bandwidth = 400 GB/s }}`, found {}",
+                        "`{key}` expects a record such as `{example}`, found {}",
                         other.describe()
                     ),
                 ));
@@ -87,8 +88,16 @@ impl<'p> Fields<'p> {
         self.get(key).is_some()
     }
 
-    /// Reports `key` as missing, with an example of how to write it.
+    /// Reports `key` as missing, with an example of how to write it; unless a misspelt field
+    /// stands for it, whose own error suggests `key`.
     pub fn missing(&mut self, key: &str, example: &str) {
+        let misspelt = self
+            .fields
+            .iter()
+            .any(|f| f.key.text != key && suggest::closest(&f.key.text, [key]).is_some());
+        if misspelt {
+            return;
+        }
         self.problems.push(
             Problem::new(
                 self.anchor,

@@ -49,7 +49,7 @@ pub fn parse_file(file: FileId, text: &str) -> (Vec<Item>, Vec<Problem>) {
                     }
                 }
             }
-            Err(error) => problems.push(syntax_problem(file, text, start, &error)),
+            Err(error) => problems.push(syntax_problem(file, text, (start, end), &error)),
         }
     }
     (items, problems)
@@ -141,7 +141,7 @@ fn too_deep(chunk: &str) -> Option<usize> {
 fn syntax_problem(
     file: FileId,
     text: &str,
-    chunk_start: usize,
+    (chunk_start, chunk_end): (usize, usize),
     error: &pest::error::Error<Rule>,
 ) -> Problem {
     let at = chunk_start
@@ -149,19 +149,31 @@ fn syntax_problem(
             InputLocation::Pos(p) => p,
             InputLocation::Span((s, _)) => s,
         };
-    let (found, found_len) = describe_found(&text[at..]);
-    let expected = match &error.variant {
+    let (found, found_len) = if at == chunk_end && at < text.len() {
+        // The chunk was cut where the next block starts: this one was never closed.
+        ("the next block".to_string(), describe_found(&text[at..]).1)
+    } else {
+        describe_found(&text[at..])
+    };
+    let mut expected = match &error.variant {
         ErrorVariant::ParsingError { positives, .. } => expected_phrase(positives),
         ErrorVariant::CustomError { message } => message.clone(),
     };
+    if found == "the next block" && expected.ends_with("`}`") {
+        expected = "`}` to close this block".to_string();
+    }
     let help = if found == "`:`" && expected.contains("`=`") {
         Some("fields are written `key = value`".to_string())
     } else if found == "`-`" && expected.contains("`{`") {
         Some("names are made of letters, digits and `_`".to_string())
     } else if expected.contains("`]`") && found.starts_with("the end") {
         Some("close the list with `]`".to_string())
-    } else if expected.contains("`}`") && found == "the end of the file" {
+    } else if expected.contains("`}`")
+        && (found == "the end of the file" || found == "the next block")
+    {
         Some("close the block with `}`".to_string())
+    } else if found == "`\"`" {
+        Some("a quoted path ends with `\"` on the same line".to_string())
     } else {
         None
     };
@@ -203,7 +215,6 @@ fn expected_phrase(positives: &[Rule]) -> String {
         Rule::percent,
         Rule::quantity,
         Rule::boolean,
-        Rule::string,
         Rule::list,
         Rule::record,
         Rule::paren,
@@ -224,7 +235,7 @@ fn expected_phrase(positives: &[Rule]) -> String {
     if has(Rule::parent) {
         phrases.push("`extends`");
     }
-    if has(Rule::ident) {
+    if has(Rule::ident) && !has(Rule::field) {
         phrases.push("a name");
     }
     if has(Rule::eq) {
@@ -234,7 +245,7 @@ fn expected_phrase(positives: &[Rule]) -> String {
         phrases.retain(|p| *p != "a name");
         phrases.push("a value");
     }
-    if has(Rule::string) && !phrases.contains(&"a value") {
+    if has(Rule::string) && !phrases.contains(&"a value") && !has(Rule::use_item) {
         phrases.push("a quoted path");
     }
     if has(Rule::body) || has(Rule::lbrace) {

@@ -210,7 +210,7 @@ impl Resolver {
             if names.is_empty() {
                 Some(format!("no {} is defined", kind.noun()))
             } else {
-                None
+                Some(format!("known: {}", crate::fields::list_names(&names)))
             }
         });
         Problem::new(

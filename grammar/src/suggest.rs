@@ -1,19 +1,31 @@
 //! "Did you mean ...?" by edit distance.
 
-/// Levenshtein distance between two strings, by characters.
+/// Edit distance between two strings, by characters: insertions, deletions, substitutions and
+/// swaps of two neighbours (`bf61` is one edit from `bf16`).
 pub fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    let mut current = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        current[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        std::mem::swap(&mut previous, &mut current);
+    // d[i][j]: distance between the first i characters of a and the first j of b.
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    previous[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// Case and `-`/`_` differences are the cheapest typos: compare without them first.
@@ -28,6 +40,16 @@ where
     I: IntoIterator<Item = &'a str>,
 {
     let normalized = normalize(word);
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    // `A100` means one of the `A100_...` GPUs more likely than `A800`.
+    if normalized.len() >= 3 {
+        if let Some(c) = candidates
+            .iter()
+            .find(|c| **c != word && normalize(c).starts_with(&normalized))
+        {
+            return Some(c.to_string());
+        }
+    }
     let limit = (word.chars().count() / 3).max(1);
     let mut best: Option<(usize, &str)> = None;
     for candidate in candidates {
@@ -60,6 +82,7 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("hiden", "hidden"), 1);
         assert_eq!(edit_distance("same", "same"), 0);
+        assert_eq!(edit_distance("bf61", "bf16"), 1);
     }
 
     #[test]
@@ -74,6 +97,10 @@ mod tests {
             Some("hidden")
         );
         assert_eq!(closest("zzz", ["heads", "hidden"]), None);
+        assert_eq!(
+            closest("A100", ["A800", "A100_40GB", "A100_80GB"]).as_deref(),
+            Some("A100_40GB")
+        );
         // The first of equally close candidates wins.
         assert_eq!(closest("ab", ["ac", "ad"]).as_deref(), Some("ac"));
     }

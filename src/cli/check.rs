@@ -19,6 +19,13 @@ pub struct Args {
 
 pub fn run(args: &Args) -> ExitCode {
     match load_definitions(&args.spec) {
+        Ok(definitions) if defines_nothing(&definitions) => {
+            eprintln!(
+                "error: `{}` defines no model, cluster, GPU or job to check",
+                args.spec.display()
+            );
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
         Ok(definitions) => {
             print!("{}", report(&args.spec.display().to_string(), &definitions));
             ExitCode::SUCCESS
@@ -34,6 +41,10 @@ pub fn run(args: &Args) -> ExitCode {
             ExitCode::from(EXIT_BAD_INPUT)
         }
     }
+}
+
+fn defines_nothing(d: &Definitions) -> bool {
+    d.spec.is_none() && d.models.is_empty() && d.clusters.is_empty() && d.gpus.is_empty()
 }
 
 /// The whole summary: the job when the file has a `train` block, else every definition.

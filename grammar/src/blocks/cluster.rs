@@ -110,7 +110,7 @@ fn link(f: &mut Fields, key: &str, default_latency: f64, needed: Option<bool>) -
         }
         return None;
     };
-    let mut record = Fields::record(key, &value, f.problems)?;
+    let mut record = Fields::record(key, &value, "{ bandwidth = 400 GB/s }", f.problems)?;
     record.reject_unknown(LINK_FIELDS);
     let bandwidth = record.required_quantity("bandwidth", Dim::BANDWIDTH, true);
     let latency = record.quantity("latency", Dim::TIME, false);

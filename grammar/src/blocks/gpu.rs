@@ -39,7 +39,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<GpuDef> {
     let efficiency = match f.get("efficiency").cloned() {
         None => GpuEfficiency::default(),
         Some(value) => {
-            let mut record = Fields::record("efficiency", &value, f.problems)?;
+            let mut record = Fields::record("efficiency", &value, "{ matmul = 0.8 }", f.problems)?;
             record.reject_unknown(EFFICIENCY_FIELDS);
             let mut read = |key: &str| -> Option<f64> {
                 let v = record.get(key)?.clone();

@@ -67,9 +67,13 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
         .unwrap_or(PositionKind::Rope);
     let moe = match f.get("moe").cloned() {
         None => None,
-        Some(value) => {
-            Fields::record("moe", &value, f.problems).and_then(|mut r| moe(&mut r, layers))
-        }
+        Some(value) => Fields::record(
+            "moe",
+            &value,
+            "{ experts = 8, top_k = 2, expert_ffn_hidden = 14336 }",
+            f.problems,
+        )
+        .and_then(|mut r| moe(&mut r, layers)),
     };
 
     let span = |f: &Fields, key: &str| f.get(key).map_or(f.anchor, |v| v.span);

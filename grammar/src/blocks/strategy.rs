@@ -38,7 +38,7 @@ pub fn to_recompute(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Opti
         Value::Ident(name) if name == "selective" => Some(Recompute::Selective),
         Value::Ident(name) if name == "full" => Some(Recompute::Full),
         Value::Record(_) => {
-            let mut record = Fields::record(key, v, problems)?;
+            let mut record = Fields::record(key, v, "{ full_layers = 4 }", problems)?;
             record.reject_unknown(&["full_layers"]);
             let layers = record.required_count("full_layers", 1, "4");
             Some(Recompute::Partial {
@@ -70,7 +70,7 @@ pub fn to_offload(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Option
     match &v.value {
         Value::Ident(name) if name == "none" => Some(Offload::default()),
         Value::Record(_) => {
-            let mut record = Fields::record(key, v, problems)?;
+            let mut record = Fields::record(key, v, "{ optimizer = 1.0 }", problems)?;
             let before = record.problems.len();
             record.reject_unknown(OFFLOAD_FIELDS);
             let offload = Offload {
