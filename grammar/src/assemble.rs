@@ -160,6 +160,17 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
                 }
             }
             if let (Some(spec), Some(m)) = (&t.spec, &model) {
+                // Attention FLOPs grow with layers·seq_len·heads·head_dim; keep them in `u64`.
+                let attention = m.layers as f64 * spec.seq_len as f64 * m.q_dim() as f64;
+                if attention > 1e17 {
+                    problems.push(Problem::new(
+                        seq_len_span,
+                        format!(
+                            "`seq_len` ({}) is too long for model `{}` to count its FLOPs",
+                            spec.seq_len, m.name
+                        ),
+                    ));
+                }
                 if let Some(max) = m.max_seq_len {
                     if spec.seq_len > max {
                         problems.push(Problem::new(

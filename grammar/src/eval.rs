@@ -95,8 +95,8 @@ pub fn eval(expr: &Expr, scope: &Scope, problems: &mut Vec<Problem>) -> Option<S
         ExprKind::Percent(p) => finite(*p, span, problems).map(Value::number)?,
         ExprKind::Quantity { value, unit } => {
             match units::lookup(&unit.text) {
-                Ok((dim, scale)) => Value::Quantity {
-                    value: finite(value * scale, span, problems)?,
+                Ok((dim, multiplier, divisor)) => Value::Quantity {
+                    value: finite(value * multiplier / divisor, span, problems)?,
                     dim,
                 },
                 Err(suggestion) => {

@@ -80,42 +80,44 @@ impl Dim {
     }
 }
 
-/// Every unit the language knows: spelling, dimension, and its size in base units.
-pub const UNITS: &[(&str, Dim, f64)] = &[
-    ("B", Dim::SIZE, 1.0),
-    ("KB", Dim::SIZE, 1e3),
-    ("MB", Dim::SIZE, 1e6),
-    ("GB", Dim::SIZE, 1e9),
-    ("TB", Dim::SIZE, 1e12),
-    ("KiB", Dim::SIZE, 1024.0),
-    ("MiB", Dim::SIZE, 1024.0 * 1024.0),
-    ("GiB", Dim::SIZE, 1024.0 * 1024.0 * 1024.0),
-    ("TiB", Dim::SIZE, 1024.0 * 1024.0 * 1024.0 * 1024.0),
-    ("MB/s", Dim::BANDWIDTH, 1e6),
-    ("GB/s", Dim::BANDWIDTH, 1e9),
-    ("TB/s", Dim::BANDWIDTH, 1e12),
+/// Every unit the language knows: spelling, dimension, and its size in base units as a
+/// fraction `multiplier / divisor` (dividing keeps `10 us` exactly `1e-5`).
+pub const UNITS: &[(&str, Dim, f64, f64)] = &[
+    ("B", Dim::SIZE, 1.0, 1.0),
+    ("KB", Dim::SIZE, 1e3, 1.0),
+    ("MB", Dim::SIZE, 1e6, 1.0),
+    ("GB", Dim::SIZE, 1e9, 1.0),
+    ("TB", Dim::SIZE, 1e12, 1.0),
+    ("KiB", Dim::SIZE, 1024.0, 1.0),
+    ("MiB", Dim::SIZE, 1024.0 * 1024.0, 1.0),
+    ("GiB", Dim::SIZE, 1024.0 * 1024.0 * 1024.0, 1.0),
+    ("TiB", Dim::SIZE, 1024.0 * 1024.0 * 1024.0 * 1024.0, 1.0),
+    ("MB/s", Dim::BANDWIDTH, 1e6, 1.0),
+    ("GB/s", Dim::BANDWIDTH, 1e9, 1.0),
+    ("TB/s", Dim::BANDWIDTH, 1e12, 1.0),
     // Network links are quoted in bits; 8 bits to the byte.
-    ("Gb/s", Dim::BANDWIDTH, 1e9 / 8.0),
-    ("Gbps", Dim::BANDWIDTH, 1e9 / 8.0),
-    ("Tb/s", Dim::BANDWIDTH, 1e12 / 8.0),
-    ("GFLOPS", Dim::COMPUTE, 1e9),
-    ("TFLOPS", Dim::COMPUTE, 1e12),
-    ("PFLOPS", Dim::COMPUTE, 1e15),
-    ("ns", Dim::TIME, 1e-9),
-    ("us", Dim::TIME, 1e-6),
-    ("ms", Dim::TIME, 1e-3),
-    ("s", Dim::TIME, 1.0),
-    ("min", Dim::TIME, 60.0),
-    ("h", Dim::TIME, 3600.0),
+    ("Gb/s", Dim::BANDWIDTH, 1e9, 8.0),
+    ("Gbps", Dim::BANDWIDTH, 1e9, 8.0),
+    ("Tb/s", Dim::BANDWIDTH, 1e12, 8.0),
+    ("GFLOPS", Dim::COMPUTE, 1e9, 1.0),
+    ("TFLOPS", Dim::COMPUTE, 1e12, 1.0),
+    ("PFLOPS", Dim::COMPUTE, 1e15, 1.0),
+    ("ns", Dim::TIME, 1.0, 1e9),
+    ("us", Dim::TIME, 1.0, 1e6),
+    ("ms", Dim::TIME, 1.0, 1e3),
+    ("s", Dim::TIME, 1.0, 1.0),
+    ("min", Dim::TIME, 60.0, 1.0),
+    ("h", Dim::TIME, 3600.0, 1.0),
 ];
 
-/// The dimension and scale of a unit, or a suggestion for a misspelt one.
-pub fn lookup(unit: &str) -> Result<(Dim, f64), Option<String>> {
-    if let Some(&(_, dim, scale)) = UNITS.iter().find(|(name, _, _)| *name == unit) {
-        return Ok((dim, scale));
+/// The dimension of a unit and the function from a number in it to base units, or a
+/// suggestion for a misspelt one.
+pub fn lookup(unit: &str) -> Result<(Dim, f64, f64), Option<String>> {
+    if let Some(&(_, dim, multiplier, divisor)) = UNITS.iter().find(|(name, ..)| *name == unit) {
+        return Ok((dim, multiplier, divisor));
     }
     // Exact case-insensitive matches first (`gib`), then by edit distance (`TFLOP/s`).
-    let names = UNITS.iter().map(|(name, _, _)| *name);
+    let names = UNITS.iter().map(|(name, ..)| *name);
     if let Some(name) = names.clone().find(|n| n.eq_ignore_ascii_case(unit)) {
         return Err(Some(name.to_string()));
     }
@@ -128,14 +130,19 @@ mod tests {
 
     #[test]
     fn conversions_to_base_units() {
-        assert_eq!(lookup("GiB"), Ok((Dim::SIZE, 1073741824.0)));
-        assert_eq!(lookup("TB"), Ok((Dim::SIZE, 1e12)));
-        assert_eq!(lookup("Gb/s"), Ok((Dim::BANDWIDTH, 125e6)));
-        assert_eq!(lookup("Gbps"), lookup("Gb/s"));
-        assert_eq!(lookup("Tb/s"), Ok((Dim::BANDWIDTH, 125e9)));
-        assert_eq!(lookup("TFLOPS"), Ok((Dim::COMPUTE, 1e12)));
-        assert_eq!(lookup("us"), Ok((Dim::TIME, 1e-6)));
-        assert_eq!(lookup("min"), Ok((Dim::TIME, 60.0)));
+        let base = |value: f64, unit: &str| {
+            let (dim, multiplier, divisor) = lookup(unit).unwrap();
+            (value * multiplier / divisor, dim)
+        };
+        assert_eq!(base(80.0, "GiB"), (85899345920.0, Dim::SIZE));
+        assert_eq!(base(2.0, "TB"), (2e12, Dim::SIZE));
+        assert_eq!(base(200.0, "Gb/s"), (25e9, Dim::BANDWIDTH));
+        assert_eq!(base(400.0, "Gbps"), (50e9, Dim::BANDWIDTH));
+        assert_eq!(base(1.6, "Tb/s"), (200e9, Dim::BANDWIDTH));
+        assert_eq!(base(989.0, "TFLOPS"), (989e12, Dim::COMPUTE));
+        assert_eq!(base(10.0, "us"), (1e-5, Dim::TIME));
+        assert_eq!(base(3.0, "ns"), (3e-9, Dim::TIME));
+        assert_eq!(base(2.0, "min"), (120.0, Dim::TIME));
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub const DEFAULT_HOST_LINK: f64 = 25e9;
 /// DGX H100 carry 2 TB for 640 GB of GPU memory, about 3x; 2x is a conservative floor).
 pub const DEFAULT_HOST_MEMORY_PER_GPU_MEMORY: f64 = 2.0;
 
+/// Far beyond any cluster; keeps GPU counts and their products exact in `u64`.
+pub const MAX_GPUS: u64 = 1 << 32;
+
 /// What a cluster refers to: the GPU named by its `gpu` field.
 pub enum GpuLookup<'a> {
     Found(&'a GpuDef),
@@ -76,6 +79,14 @@ pub fn lower<'a>(
     );
     let host_link = f.quantity("host_link", Dim::BANDWIDTH, true);
     let host_memory = f.quantity("host_memory", Dim::SIZE, true);
+    if let (Some(n), Some(g)) = (nodes, gpus_per_node) {
+        if u128::from(n) * u128::from(g) > u128::from(MAX_GPUS) {
+            f.problems.push(Problem::new(
+                f.anchor,
+                format!("cluster `{name}` has {n}·{g} GPUs, more than the {MAX_GPUS} supported"),
+            ));
+        }
+    }
     if f.problems.len() > before {
         return None;
     }

@@ -125,11 +125,18 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
             None
         }
     };
+    if let Some(n) = layers.filter(|&n| n > MAX_LAYERS) {
+        let at = span(f, "layers");
+        f.problems.push(Problem::new(
+            at,
+            format!("`layers` ({n}) is more than the {MAX_LAYERS} supported"),
+        ));
+    }
     if f.problems.len() > before {
         return None;
     }
     let (hidden, heads) = (hidden?, heads?);
-    Some(ModelSpec {
+    let model = ModelSpec {
         name: name.to_string(),
         layers: layers?,
         hidden,
@@ -145,7 +152,38 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
         max_seq_len,
         position,
         moe,
-    })
+    };
+    let estimate = parameter_estimate(&model);
+    if estimate > MAX_PARAMETERS {
+        f.problems.push(Problem::new(
+            f.anchor,
+            format!(
+                "{} has about {estimate:.1e} parameters, more than the {MAX_PARAMETERS:.0e} supported",
+                f.owner
+            ),
+        ));
+        return None;
+    }
+    Some(model)
+}
+
+/// Far beyond any model; bounds the exact `u64` parameter and FLOP counts of `model_stats`.
+pub const MAX_PARAMETERS: f64 = 1e16;
+pub const MAX_LAYERS: u64 = 1_000_000;
+
+/// An upper bound of the parameter count, in floating point so that it cannot overflow.
+fn parameter_estimate(m: &ModelSpec) -> f64 {
+    let h = m.hidden as f64;
+    let q = m.heads as f64 * m.head_dim as f64;
+    let kv = m.kv_heads as f64 * m.head_dim as f64;
+    let per_layer = 2.0 * h * (q + kv) + 3.0 * h * m.ffn_hidden as f64 + 4.0 * h + q + 2.0 * kv;
+    let experts = m.moe.as_ref().map_or(0.0, |moe| {
+        (moe.experts + moe.shared_experts) as f64
+            * (3.0 * h * moe.expert_ffn_hidden as f64 + 2.0 * moe.expert_ffn_hidden as f64 + h)
+            + h * moe.experts as f64
+    });
+    let embeddings = (2.0 * m.vocab as f64 + m.max_seq_len.unwrap_or(0) as f64 + 2.0) * h;
+    m.layers as f64 * (per_layer + experts) + embeddings
 }
 
 fn moe(r: &mut Fields, layers: Option<u64>) -> Option<MoeSpec> {

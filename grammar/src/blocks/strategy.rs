@@ -211,7 +211,7 @@ fn check_degrees(
     problems: &mut Vec<Problem>,
 ) {
     let gpus = c.cluster.total_gpus();
-    let model_parallel = s.tp * s.pp * s.cp;
+    let model_parallel = s.tp.saturating_mul(s.pp).saturating_mul(s.cp);
     let cluster = &c.cluster.name;
     if !dp_written {
         if !gpus.is_multiple_of(model_parallel) {
@@ -226,7 +226,7 @@ fn check_degrees(
             return;
         }
         s.dp = gpus / model_parallel;
-    } else if s.dp * model_parallel != gpus {
+    } else if s.dp.saturating_mul(model_parallel) != gpus {
         let help = if gpus.is_multiple_of(model_parallel) {
             format!(
                 "with tp = {}, pp = {} and cp = {}, dp must be {}",
@@ -247,7 +247,7 @@ fn check_degrees(
                     s.tp,
                     s.pp,
                     s.cp,
-                    s.dp * model_parallel
+                    s.dp.saturating_mul(model_parallel)
                 ),
             )
             .with_help(help),
@@ -282,16 +282,14 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
         )),
         _ => {}
     }
-    if !(s.dp * s.cp).is_multiple_of(s.ep) {
+    let data_ranks = s.dp.saturating_mul(s.cp);
+    if !data_ranks.is_multiple_of(s.ep) {
         problems.push(
             Problem::new(
                 at("ep"),
                 format!(
                     "`ep` ({}) must divide dp·cp = {}·{} = {}",
-                    s.ep,
-                    s.dp,
-                    s.cp,
-                    s.dp * s.cp
+                    s.ep, s.dp, s.cp, data_ranks
                 ),
             )
             .with_help("expert-parallel ranks are drawn from the data- and context-parallel ranks"),
@@ -312,7 +310,7 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
             "`interleave` needs pipeline parallelism (`pp` above 1)",
         ));
     }
-    let chunks = s.pp * s.interleave;
+    let chunks = s.pp.saturating_mul(s.interleave);
     match &s.stages {
         Some(stages) => {
             if stages.len() as u64 != chunks {
@@ -326,7 +324,7 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
                     format!("`stages` lists {} stages, but {what}", stages.len()),
                 ));
             }
-            let sum: u64 = stages.iter().sum();
+            let sum = stages.iter().fold(0u64, |a, &b| a.saturating_add(b));
             if sum != m.layers {
                 problems.push(Problem::new(
                     at("stages"),
@@ -362,7 +360,7 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
         }
     }
     let t = c.train;
-    let per_step = s.dp * s.microbatch;
+    let per_step = s.dp.saturating_mul(s.microbatch);
     if !t.global_batch.is_multiple_of(per_step) {
         problems.push(Problem::new(
             at("microbatch"),

@@ -1,6 +1,7 @@
 //! The `train` block: which model, on which cluster, with what batch and precision.
 
 use crate::ast::Name;
+use crate::diagnostic::Problem;
 use crate::fields::Fields;
 use crate::spec::{Optimizer, Precision, TrainSpec};
 
@@ -13,6 +14,9 @@ pub const FIELDS: &[&str] = &[
     "optimizer",
     "flash_attention",
 ];
+
+/// Far beyond any training run; keeps token counts exact.
+pub const MAX_TOKENS_PER_STEP: f64 = 1e15;
 
 pub const PRECISIONS: &[(&str, Precision)] = &[
     ("bf16", Precision::Bf16),
@@ -50,6 +54,18 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let precision = f.choice("precision", PRECISIONS).unwrap_or(Precision::Bf16);
     let optimizer = f.choice("optimizer", OPTIMIZERS).unwrap_or(Optimizer::Adam);
     let flash_attention = f.boolean("flash_attention").unwrap_or(true);
+    if let (Some(s), Some(b)) = (seq_len, global_batch) {
+        if s as f64 * b as f64 > MAX_TOKENS_PER_STEP {
+            let at = f.get("global_batch").map_or(f.anchor, |v| v.span);
+            f.problems.push(Problem::new(
+                at,
+                format!(
+                    "global_batch·seq_len = {b}·{s} tokens per step is more than the \
+                     {MAX_TOKENS_PER_STEP:.0e} supported"
+                ),
+            ));
+        }
+    }
     let spec = if f.problems.len() > before {
         None
     } else {
