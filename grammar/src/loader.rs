@@ -1,6 +1,7 @@
 //! Reading a spec and every file it `use`s, depth first, each file once.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 
 use crate::ast::{Block, Item, Let};
 use crate::diagnostic::Problem;
@@ -37,7 +38,18 @@ impl Loaded {
             path: None,
             text: CATALOG.into(),
         });
-        loaded.parse(id, Path::new(""), &mut Vec::new());
+        // The catalog is the same for every spec: parse it once per process.
+        static CATALOG_ITEMS: OnceLock<(Vec<Item>, Vec<Problem>)> = OnceLock::new();
+        let (items, problems) = CATALOG_ITEMS.get_or_init(|| parse_file(id, CATALOG));
+        loaded.problems.extend(problems.iter().cloned());
+        for item in items {
+            match item.clone() {
+                Item::Let(l) => loaded.entries.push(Entry::Let(id, l)),
+                Item::Block(b) => loaded.entries.push(Entry::Block(id, b)),
+                // The catalog uses nothing.
+                Item::Use { .. } => {}
+            }
+        }
         loaded
     }
 
