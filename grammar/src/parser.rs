@@ -164,14 +164,18 @@ fn syntax_problem(
     }
     let help = if found == "`:`" && expected.contains("`=`") {
         Some("fields are written `key = value`".to_string())
-    } else if found == "`-`" && expected.contains("`{`") {
-        Some("names are made of letters, digits and `_`".to_string())
-    } else if expected.contains("`]`") && found.starts_with("the end") {
+    } else if (found == "`-`" && expected.contains("`{`"))
+        || found.chars().nth(1).is_some_and(|c| !c.is_ascii())
+    {
+        Some("names are made of ASCII letters, digits and `_`".to_string())
+    } else if expected.contains("`]`") && (found.starts_with("the end") || found == "`}`") {
         Some("close the list with `]`".to_string())
     } else if expected.contains("`}`")
         && (found == "the end of the file" || found == "the next block")
     {
         Some("close the block with `}`".to_string())
+    } else if found == "`=`" && expected.contains("`extends`") {
+        Some("fields go inside a block, as in `model NAME { key = value }`".to_string())
     } else if found == "`\"`" {
         Some("a quoted path ends with `\"` on the same line".to_string())
     } else {
@@ -221,44 +225,58 @@ fn expected_phrase(positives: &[Rule]) -> String {
         Rule::lparen,
         Rule::lbracket,
     ];
-    if has(Rule::use_item) || has(Rule::block) || has(Rule::block_kind) {
+    // pest reports the innermost tokens tried: `kw_use` means an item could start here, `kw_let`
+    // with a bare name a block member, `kw_extends` the rest of a block header.
+    let mut name_explained = false;
+    if has(Rule::kw_use) || has(Rule::use_item) || has(Rule::block) || has(Rule::block_kind) {
         phrases.push("a block such as `model NAME { ... }`, `use` or `let`");
-    }
-    if has(Rule::field) {
+        name_explained = true;
+    } else if has(Rule::field) || (has(Rule::kw_let) && has(Rule::ident)) {
         phrases.push("a field name");
-    } else if has(Rule::let_item) && !has(Rule::block) {
+        name_explained = true;
+    } else if has(Rule::let_item) {
         phrases.push("`let`");
     }
-    if has(Rule::block_name) {
+    if has(Rule::kw_extends) || has(Rule::parent) {
+        if has(Rule::ident) || has(Rule::block_name) {
+            phrases.push("a block name");
+            name_explained = true;
+        }
+        phrases.push("`extends`");
+    } else if has(Rule::block_name) {
         phrases.push("a block name");
     }
-    if has(Rule::parent) {
-        phrases.push("`extends`");
-    }
-    if has(Rule::ident) && !has(Rule::field) {
+    if has(Rule::ident) && !name_explained {
         phrases.push("a name");
     }
     if has(Rule::eq) {
         phrases.push("`=`");
     }
-    if value_rules.iter().any(|&r| has(r)) || (has(Rule::ident) && phrases.len() > 1) {
+    if value_rules.iter().any(|&r| has(r)) {
         phrases.retain(|p| *p != "a name");
         phrases.push("a value");
     }
-    if has(Rule::string) && !phrases.contains(&"a value") && !has(Rule::use_item) {
+    if has(Rule::string) && !phrases.contains(&"a value") {
         phrases.push("a quoted path");
     }
     if has(Rule::body) || has(Rule::lbrace) {
         phrases.push("`{`");
     }
-    if has(Rule::newline) {
-        phrases.push("a new line");
-    }
-    if has(Rule::semicolon) {
-        phrases.push("`;`");
-    }
-    if has(Rule::comma) {
-        phrases.push("`,`");
+    // Between items, and before a block's `{`, a line break is allowed but never the fix.
+    let item_or_brace = phrases
+        .iter()
+        .any(|p| p.starts_with("a block such") || *p == "`{`");
+    if !item_or_brace {
+        // Inside brackets a line break is allowed but never what is missing.
+        if has(Rule::newline) && !has(Rule::rbracket) && !has(Rule::rparen) {
+            phrases.push("a new line");
+        }
+        if has(Rule::semicolon) {
+            phrases.push("`;`");
+        }
+        if has(Rule::comma) {
+            phrases.push("`,`");
+        }
     }
     if has(Rule::rbrace) {
         phrases.push("`}`");

@@ -206,13 +206,26 @@ impl Resolver {
     /// An "unknown model `x`" problem for a reference, suggesting a close name.
     pub fn unknown(&self, kind: Kind, name: &Name, context: &str) -> Problem {
         let names = self.names(kind);
-        let help = suggest::did_you_mean(&name.text, names.iter().copied()).or_else(|| {
-            if names.is_empty() {
-                Some(format!("no {} is defined", kind.noun()))
-            } else {
-                Some(format!("known: {}", crate::fields::list_names(&names)))
-            }
-        });
+        let other_kind = Kind::ALL
+            .into_iter()
+            .find(|&k| k != kind && self.find(k, &name.text).is_some());
+        let help = other_kind
+            .map(|k| {
+                format!(
+                    "`{}` is a {}, not a {}",
+                    name.text,
+                    k.keyword(),
+                    kind.keyword()
+                )
+            })
+            .or_else(|| suggest::did_you_mean(&name.text, names.iter().copied()))
+            .or_else(|| {
+                if names.is_empty() {
+                    Some(format!("no {} is defined", kind.noun()))
+                } else {
+                    Some(format!("known: {}", crate::fields::list_names(&names)))
+                }
+            });
         Problem::new(
             name.span,
             format!("unknown {} `{}`{context}", kind.noun(), name.text),

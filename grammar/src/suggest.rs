@@ -57,7 +57,9 @@ where
             continue;
         }
         let distance = edit_distance(&normalized, &normalize(candidate));
-        if distance <= limit && best.is_none_or(|(d, _)| distance < d) {
+        // One edit turns any one-letter name into any other: not a suggestion.
+        let plausible = distance <= limit && distance < word.chars().count();
+        if plausible && best.is_none_or(|(d, _)| distance < d) {
             best = Some((distance, candidate));
         }
     }
