@@ -151,6 +151,22 @@ fn expand_tabs(line: &str, start: usize, end: usize) -> (String, Range<usize>) {
     (out, s..e)
 }
 
+impl Diagnostic {
+    /// An error about a whole file rather than a place in it.
+    pub(crate) fn whole_file(file: &str, message: String) -> Diagnostic {
+        Diagnostic {
+            file: file.to_string(),
+            line: 0,
+            column: 0,
+            span: 0..0,
+            message,
+            help: None,
+            source_line: String::new(),
+            underline: 0..0,
+        }
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "error: {}", self.message)?;

@@ -42,16 +42,15 @@ use loader::Loaded;
 /// Loads the spec at `path` with everything it `use`s; it must have a `train` block. Paths in
 /// diagnostics are printed as given (used files joined onto the directory of `path`).
 pub fn load_file(path: &Path) -> Result<Spec, Diagnostics> {
-    into_spec(assemble::assemble(Loaded::from_path(path), true)?)
+    let name = path.display().to_string();
+    into_spec(&name, assemble::assemble(Loaded::from_path(path), true)?)
 }
 
 /// Loads a spec from memory; `file_name` names it in diagnostics, and its `use` paths are
 /// relative to the current directory.
 pub fn load_str(file_name: &str, source: &str) -> Result<Spec, Diagnostics> {
-    into_spec(assemble::assemble(
-        Loaded::from_str(file_name, source),
-        true,
-    )?)
+    let definitions = assemble::assemble(Loaded::from_str(file_name, source), true)?;
+    into_spec(file_name, definitions)
 }
 
 /// Loads and checks every block of the file at `path`; unlike [`load_file`] the file needs no
@@ -65,9 +64,14 @@ pub fn load_definitions_str(file_name: &str, source: &str) -> Result<Definitions
     assemble::assemble(Loaded::from_str(file_name, source), false)
 }
 
-fn into_spec(definitions: Definitions) -> Result<Spec, Diagnostics> {
-    // `assemble` with `require_train` only succeeds when the spec is complete.
-    definitions.spec.ok_or_else(|| Diagnostics(Vec::new()))
+fn into_spec(file_name: &str, definitions: Definitions) -> Result<Spec, Diagnostics> {
+    // `assemble` with `require_train` reports why a job is incomplete; this is a safety net.
+    definitions.spec.ok_or_else(|| {
+        Diagnostics(vec![Diagnostic::whole_file(
+            file_name,
+            format!("`{file_name}` does not describe a complete training job"),
+        )])
+    })
 }
 
 /// The built-in GPU catalog (`grammar/catalog/gpus.tsl`), in catalog order.

@@ -477,3 +477,72 @@ fn diagnostics_render_like_a_compiler() {
         "{text}"
     );
 }
+
+#[test]
+fn the_language_page_example_loads() {
+    // The whole example of shared/design/LANGUAGE.md, with its `use` inlined.
+    let cluster = include_str!("../../specs/clusters/dgx-h100.tsl");
+    let example = r#"
+model llama3_70b {
+  layers     = 80
+  hidden     = 8192
+  heads      = 64
+  kv_heads   = 8                     # grouped-query attention; default = heads
+  ffn_hidden = 28672
+  vocab      = 128256
+  mlp        = swiglu                # gelu | swiglu
+  norm       = rmsnorm               # layernorm | rmsnorm
+  tie_embeddings = false
+}
+
+cluster h100_1024 extends dgx_h100 {  # inherit every field, override some
+  nodes = 128
+}
+
+train {
+  model        = llama3_70b
+  cluster      = h100_1024
+  seq_len      = 8192
+  global_batch = 512                  # sequences per optimizer step
+  precision    = bf16                 # bf16 | fp16 | fp8 | fp32
+  optimizer    = adam                 # adam | sgd
+}
+
+search {
+  tp         = [1, 2, 4, 8]
+  pp         = auto
+  cp         = 1
+  microbatch = [1, 2, 4]
+  recompute  = [none, selective, full]
+  zero       = [0, 1]
+  offload    = none
+  objective  = throughput
+  memory_limit = 95%                  # of each GPU's memory the plan may use
+}
+
+strategy megatron_reference {         # a fixed configuration, for `tessel estimate`
+  tp = 8; pp = 4; dp = 32
+  microbatch = 1
+  interleave = 5
+  recompute = selective
+  sequence_parallel = true
+  zero = 1
+}
+"#;
+    let s = spec(&format!("{cluster}{example}"));
+    assert_eq!(s.cluster.total_gpus(), 1024);
+    assert_eq!(s.cluster.intra_node.bandwidth, 450e9);
+    assert_eq!(s.cluster.inter_node.bandwidth, 50e9);
+    assert_eq!(s.search.offload, Choice::Values(vec![Offload::default()]));
+    let reference = s.strategy("megatron_reference").unwrap();
+    assert_eq!(
+        (
+            reference.dp,
+            reference.tp,
+            reference.pp,
+            reference.interleave
+        ),
+        (32, 8, 4, 5)
+    );
+    assert_eq!(reference.recompute, Recompute::Selective);
+}
