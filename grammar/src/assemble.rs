@@ -1,0 +1,258 @@
+//! Resolved blocks to typed definitions and the [`Spec`] of the `train` block, with the checks
+//! that span blocks (references, precision support, sequence length, strategies).
+
+use std::collections::HashMap;
+
+use crate::blocks::cluster::{self, GpuLookup};
+use crate::blocks::gpu::{self, GpuDef};
+use crate::blocks::strategy::{self, Context};
+use crate::blocks::{model, search, train};
+use crate::diagnostic::{Diagnostics, Problem};
+use crate::fields::{Fields, ResolvedField};
+use crate::loader::Loaded;
+use crate::resolve::{Kind, Resolver};
+use crate::spec::{ClusterSpec, GpuSpec, ModelSpec, SearchSpace, Spec, Strategy};
+
+/// Everything a spec file defines, checked. `spec` is present when the file has a `train` block.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Definitions {
+    /// GPUs the spec defines itself (the built-in catalog is [`crate::gpu_catalog`]).
+    pub gpus: Vec<GpuSpec>,
+    pub clusters: Vec<ClusterSpec>,
+    pub models: Vec<ModelSpec>,
+    pub spec: Option<Spec>,
+    /// The built-in GPUs, in catalog order.
+    pub(crate) catalog: Vec<GpuSpec>,
+}
+
+fn fields_of(
+    resolver: &mut Resolver,
+    index: usize,
+    problems: &mut Vec<Problem>,
+) -> Option<Vec<ResolvedField>> {
+    resolver.fields(index, problems).map(|f| f.to_vec())
+}
+
+/// The loader reads the catalog first, then the spec itself.
+const CATALOG_FILE: usize = 0;
+/// Which file a diagnostic about the whole spec names.
+const ROOT_FILE: usize = 1;
+
+pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diagnostics> {
+    let mut problems = Vec::new();
+    let (mut resolver, sources) = Resolver::new(loaded, &mut problems);
+
+    let mut gpus: HashMap<String, Option<GpuDef>> = HashMap::new();
+    let mut user_gpus = Vec::new();
+    let mut catalog = Vec::new();
+    for index in resolver.indices(Kind::Gpu) {
+        let lowered = fields_of(&mut resolver, index, &mut problems).and_then(|fields| {
+            let def = &resolver.blocks[index];
+            let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+            gpu::lower(&def.name, &mut f)
+        });
+        let def = &resolver.blocks[index];
+        if let Some(g) = &lowered {
+            if def.file == CATALOG_FILE {
+                catalog.push(g.spec.clone());
+            } else {
+                user_gpus.push(g.spec.clone());
+            }
+        }
+        gpus.insert(def.name.clone(), lowered);
+    }
+
+    let mut clusters: HashMap<String, Option<ClusterSpec>> = HashMap::new();
+    let mut cluster_list = Vec::new();
+    for index in resolver.indices(Kind::Cluster) {
+        let lowered = fields_of(&mut resolver, index, &mut problems).and_then(|fields| {
+            let def = &resolver.blocks[index];
+            let find_gpu = |name: &crate::ast::Name| match gpus.get(&name.text) {
+                Some(Some(g)) => GpuLookup::Found(g),
+                Some(None) => GpuLookup::Broken,
+                None => GpuLookup::Unknown(resolver.unknown(Kind::Gpu, name, "")),
+            };
+            let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+            cluster::lower(&def.name, &mut f, &find_gpu)
+        });
+        if let Some(c) = &lowered {
+            cluster_list.push(c.clone());
+        }
+        clusters.insert(resolver.blocks[index].name.clone(), lowered);
+    }
+
+    let mut models: HashMap<String, Option<ModelSpec>> = HashMap::new();
+    let mut model_list = Vec::new();
+    for index in resolver.indices(Kind::Model) {
+        let lowered = fields_of(&mut resolver, index, &mut problems).and_then(|fields| {
+            let def = &resolver.blocks[index];
+            let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+            model::lower(&def.name, &mut f)
+        });
+        if let Some(m) = &lowered {
+            model_list.push(m.clone());
+        }
+        models.insert(resolver.blocks[index].name.clone(), lowered);
+    }
+
+    // The job: one `train` block, its model and cluster.
+    let trains = resolver.indices(Kind::Train);
+    for &extra in trains.iter().skip(1) {
+        problems.push(
+            Problem::new(
+                resolver.blocks[extra].block.header,
+                "a spec has one `train` block; this is another",
+            )
+            .with_help("move other jobs to their own files"),
+        );
+    }
+    let mut job = None;
+    if let Some(&index) = trains.first() {
+        if let Some(fields) = fields_of(&mut resolver, index, &mut problems) {
+            let def = &resolver.blocks[index];
+            let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+            let t = train::lower(&mut f);
+            let precision_span = f.get("precision").map_or(f.anchor, |v| v.span);
+            let precision_written = f.has("precision");
+            let seq_len_span = f.get("seq_len").map_or(f.anchor, |v| v.span);
+            let model = t
+                .model
+                .as_ref()
+                .and_then(|name| match models.get(&name.text) {
+                    Some(m) => m.clone(),
+                    None => {
+                        problems.push(resolver.unknown(Kind::Model, name, ""));
+                        None
+                    }
+                });
+            let cluster = t
+                .cluster
+                .as_ref()
+                .and_then(|name| match clusters.get(&name.text) {
+                    Some(c) => c.clone(),
+                    None => {
+                        problems.push(resolver.unknown(Kind::Cluster, name, ""));
+                        None
+                    }
+                });
+            if let (Some(spec), Some(cluster)) = (&t.spec, &cluster) {
+                if cluster.gpu.peak.for_precision(spec.precision) == 0.0 {
+                    let name = train::PRECISIONS
+                        .iter()
+                        .find(|(_, p)| *p == spec.precision)
+                        .map_or("", |(n, _)| n);
+                    problems.push(
+                        Problem::new(
+                            precision_span,
+                            format!(
+                                "GPU `{}` of cluster `{}` has no {} tensor cores (its `{name}` is 0)",
+                                cluster.gpu.name,
+                                cluster.name,
+                                name.to_uppercase()
+                            ),
+                        )
+                        .with_help(if precision_written {
+                            "choose another `precision`"
+                        } else {
+                            "`precision` defaults to `bf16`; set another, such as `precision = fp16`"
+                        }),
+                    );
+                }
+            }
+            if let (Some(spec), Some(m)) = (&t.spec, &model) {
+                // Attention FLOPs grow with layers·seq_len·heads·head_dim; keep them in `u64`.
+                let attention = m.layers as f64 * spec.seq_len as f64 * m.q_dim() as f64;
+                if attention > 1e17 {
+                    problems.push(Problem::new(
+                        seq_len_span,
+                        format!(
+                            "`seq_len` ({}) is too long for model `{}` to count its FLOPs",
+                            spec.seq_len, m.name
+                        ),
+                    ));
+                }
+                if let Some(max) = m.max_seq_len {
+                    if spec.seq_len > max {
+                        problems.push(Problem::new(
+                            seq_len_span,
+                            format!(
+                                "`seq_len` ({}) exceeds the `max_seq_len` ({max}) of model `{}`",
+                                spec.seq_len, m.name
+                            ),
+                        ));
+                    }
+                }
+            }
+            job = Some((model, cluster, t.spec));
+        }
+    }
+
+    let mut strategies: Vec<Strategy> = Vec::new();
+    for index in resolver.indices(Kind::Strategy) {
+        let Some(fields) = fields_of(&mut resolver, index, &mut problems) else {
+            continue;
+        };
+        let def = &resolver.blocks[index];
+        let context = match &job {
+            Some((Some(model), Some(cluster), Some(train))) => Some(Context {
+                model,
+                cluster,
+                train,
+            }),
+            _ => None,
+        };
+        let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+        if let Some(s) = strategy::lower(&def.name, &mut f, context.as_ref()) {
+            strategies.push(s);
+        }
+    }
+
+    let searches = resolver.indices(Kind::Search);
+    for &extra in searches.iter().skip(1) {
+        problems.push(Problem::new(
+            resolver.blocks[extra].block.header,
+            "a spec has one `search` block; this is another",
+        ));
+    }
+    let mut search_space = Some(SearchSpace::default());
+    if let Some(&index) = searches.first() {
+        search_space = fields_of(&mut resolver, index, &mut problems).and_then(|fields| {
+            let def = &resolver.blocks[index];
+            let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+            search::lower(&mut f)
+        });
+    }
+
+    if job.is_none() && require_train && problems.is_empty() {
+        let name = sources.files.get(ROOT_FILE).map_or("", |f| f.name.as_str());
+        problems.push(Problem {
+            span: None,
+            message: format!("`{name}` has no `train` block"),
+            help: Some(
+                "add `train { model = ..., cluster = ..., seq_len = ..., global_batch = ... }`"
+                    .into(),
+            ),
+            file_name: Some(name.to_string()),
+        });
+    }
+    if !problems.is_empty() {
+        return Err(Diagnostics::from_problems(problems, &sources));
+    }
+    let spec = match (job, search_space) {
+        (Some((Some(model), Some(cluster), Some(train))), Some(search)) => Some(Spec {
+            model,
+            cluster,
+            train,
+            strategies,
+            search,
+        }),
+        _ => None,
+    };
+    Ok(Definitions {
+        gpus: user_gpus,
+        clusters: cluster_list,
+        models: model_list,
+        spec,
+        catalog,
+    })
+}

@@ -1,0 +1,8 @@
+//! One module per block kind: its fields, defaults and checks.
+
+pub mod cluster;
+pub mod gpu;
+pub mod model;
+pub mod search;
+pub mod strategy;
+pub mod train;

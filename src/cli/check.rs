@@ -1,0 +1,341 @@
+//! `tessel check SPEC`: parse and validate a spec, then summarize what it describes.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tessel_grammar::{
+    load_definitions, Choice, ClusterSpec, Definitions, Link, ModelSpec, Offload, Precision,
+    Recompute, SearchSpace, Spec, Strategy,
+};
+
+use super::{bytes, count, duration, grouped, si, EXIT_BAD_INPUT};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The spec file (`*.tsl`).
+    pub spec: PathBuf,
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    match load_definitions(&args.spec) {
+        Ok(definitions) if defines_nothing(&definitions) => {
+            eprintln!(
+                "error: `{}` defines no model, cluster, GPU or job to check",
+                args.spec.display()
+            );
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+        Ok(definitions) => {
+            print!("{}", report(&args.spec.display().to_string(), &definitions));
+            ExitCode::SUCCESS
+        }
+        Err(diagnostics) => {
+            let n = diagnostics.len();
+            eprint!("{diagnostics}");
+            eprintln!(
+                "\nerror: `{}` has {n} error{}",
+                args.spec.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            ExitCode::from(EXIT_BAD_INPUT)
+        }
+    }
+}
+
+fn defines_nothing(d: &Definitions) -> bool {
+    d.spec.is_none() && d.models.is_empty() && d.clusters.is_empty() && d.gpus.is_empty()
+}
+
+/// The whole summary: the job when the file has a `train` block, else every definition.
+fn report(file: &str, definitions: &Definitions) -> String {
+    let mut out = format!("ok: {file}\n");
+    match &definitions.spec {
+        Some(spec) => job(&mut out, spec),
+        None => {
+            for model in &definitions.models {
+                out.push('\n');
+                model_summary(&mut out, model, None);
+            }
+            for cluster in &definitions.clusters {
+                out.push('\n');
+                cluster_summary(&mut out, cluster, Precision::Bf16);
+            }
+            for gpu in &definitions.gpus {
+                let _ = write!(
+                    out,
+                    "\ngpu {}\n  {:<16}{}, {} bf16, {} HBM\n",
+                    gpu.name,
+                    "memory",
+                    bytes(gpu.memory),
+                    si(gpu.peak.bf16, "FLOP/s"),
+                    si(gpu.hbm_bandwidth, "B/s")
+                );
+            }
+        }
+    }
+    out
+}
+
+fn job(out: &mut String, spec: &Spec) {
+    let train = &spec.train;
+    out.push('\n');
+    model_summary(out, &spec.model, Some(train.seq_len));
+    out.push('\n');
+    cluster_summary(out, &spec.cluster, train.precision);
+    let tokens = train.global_batch * train.seq_len;
+    let _ = writeln!(out, "\ntrain");
+    let _ = writeln!(
+        out,
+        "  {:<16}{} sequences of {} tokens = {} tokens",
+        "batch",
+        train.global_batch,
+        train.seq_len,
+        grouped(tokens)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}{}, {}, flash attention {}",
+        "precision",
+        precision_name(train.precision),
+        match train.optimizer {
+            tessel_grammar::Optimizer::Adam => "adam",
+            tessel_grammar::Optimizer::Sgd => "sgd",
+        },
+        if train.flash_attention { "on" } else { "off" }
+    );
+    let step_flops = spec.model.training_flops_per_token(train.seq_len) * tokens as f64;
+    let _ = writeln!(out, "  {:<16}{}", "FLOPs per step", si(step_flops, "FLOP"));
+    for strategy in &spec.strategies {
+        let _ = writeln!(out, "\nstrategy {}", strategy.name);
+        strategy_summary(out, strategy, train.global_batch);
+    }
+    let _ = writeln!(out, "\nsearch");
+    search_summary(out, &spec.search);
+}
+
+fn model_summary(out: &mut String, m: &ModelSpec, seq_len: Option<u64>) {
+    let params = m.parameter_count();
+    let _ = writeln!(out, "model {}", m.name);
+    if m.moe.is_some() {
+        let _ = writeln!(
+            out,
+            "  {:<16}{} ({}) total, {} ({}) active per token",
+            "parameters",
+            grouped(params.total),
+            count(params.total as f64),
+            grouped(params.active),
+            count(params.active as f64)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  {:<16}{} ({})",
+            "parameters",
+            grouped(params.total),
+            count(params.total as f64)
+        );
+    }
+    let mlp = match m.mlp {
+        tessel_grammar::MlpKind::Gelu => "gelu",
+        tessel_grammar::MlpKind::Swiglu => "swiglu",
+    };
+    let _ = writeln!(
+        out,
+        "  {:<16}{} layers, hidden {}, {} heads ({} kv, head_dim {}), ffn {} {mlp}, vocab {}",
+        "shape", m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn_hidden, m.vocab
+    );
+    if let Some(moe) = &m.moe {
+        let _ = writeln!(
+            out,
+            "  {:<16}{} experts of ffn {}, top {}, {} shared; {} of {} layers have experts",
+            "experts",
+            moe.experts,
+            moe.expert_ffn_hidden,
+            moe.top_k,
+            moe.shared_experts,
+            m.moe_layers(),
+            m.layers
+        );
+    }
+    if let Some(seq_len) = seq_len {
+        let _ = writeln!(
+            out,
+            "  {:<16}{} per token (training, seq_len {seq_len})",
+            "FLOPs",
+            si(m.training_flops_per_token(seq_len), "FLOP")
+        );
+    }
+}
+
+fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Bf16 => "bf16",
+        Precision::Fp16 => "fp16",
+        Precision::Fp8 => "fp8",
+        Precision::Fp32 => "fp32",
+    }
+}
+
+fn link(l: &Link) -> String {
+    format!(
+        "{} per GPU per direction, {} latency",
+        si(l.bandwidth, "B/s"),
+        duration(l.latency)
+    )
+}
+
+fn cluster_summary(out: &mut String, c: &ClusterSpec, precision: Precision) {
+    let gpus = c.total_gpus() as f64;
+    let peak = c.gpu.peak.for_precision(precision);
+    let _ = writeln!(out, "cluster {}", c.name);
+    let _ = writeln!(
+        out,
+        "  {:<16}{} × {} ({} node{} × {})",
+        "GPUs",
+        c.total_gpus(),
+        c.gpu.name,
+        c.nodes,
+        if c.nodes == 1 { "" } else { "s" },
+        c.gpus_per_node
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}{} per GPU, {} total",
+        "memory",
+        bytes(c.gpu.memory),
+        bytes(c.gpu.memory * gpus)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}{} per GPU, {} total",
+        format!("peak {}", precision_name(precision)),
+        si(peak, "FLOP/s"),
+        si(peak * gpus, "FLOP/s")
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}{} per GPU",
+        "HBM",
+        si(c.gpu.hbm_bandwidth, "B/s")
+    );
+    if c.gpus_per_node > 1 {
+        let _ = writeln!(out, "  {:<16}{}", "intra-node", link(&c.intra_node));
+    }
+    if c.nodes > 1 {
+        let _ = writeln!(out, "  {:<16}{}", "inter-node", link(&c.inter_node));
+    }
+    let _ = writeln!(
+        out,
+        "  {:<16}{} per GPU to host, {} host memory per node",
+        "host",
+        si(c.host_link, "B/s"),
+        bytes(c.host_memory)
+    );
+}
+
+fn recompute_name(r: &Recompute) -> String {
+    match r {
+        Recompute::None => "none".into(),
+        Recompute::Selective => "selective".into(),
+        Recompute::Full => "full".into(),
+        Recompute::Partial { full_layers } => format!("{{ full_layers = {full_layers} }}"),
+    }
+}
+
+fn offload_name(o: &Offload) -> String {
+    if o.is_none() {
+        return "none".into();
+    }
+    format!(
+        "{{ optimizer = {}, weights = {}, gradients = {}, activations = {} }}",
+        o.optimizer, o.weights, o.gradients, o.activations
+    )
+}
+
+fn strategy_summary(out: &mut String, s: &Strategy, global_batch: u64) {
+    let _ = writeln!(
+        out,
+        "  {:<16}dp {} × tp {} × pp {} × cp {} = {} GPUs, ep {}",
+        "degrees",
+        s.dp,
+        s.tp,
+        s.pp,
+        s.cp,
+        s.dp * s.tp * s.pp * s.cp,
+        s.ep
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}{} sequence{}, {} per step per data-parallel rank",
+        "microbatch",
+        s.microbatch,
+        if s.microbatch == 1 { "" } else { "s" },
+        global_batch / (s.dp * s.microbatch)
+    );
+    let stages = s.stages.as_ref().map_or("even".to_string(), |st| {
+        let list: Vec<String> = st.iter().map(u64::to_string).collect();
+        format!("[{}]", list.join(", "))
+    });
+    let _ = writeln!(
+        out,
+        "  {:<16}interleave {}, stages {stages}",
+        "pipeline", s.interleave
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}recompute {}, sequence parallel {}, ZeRO {}, offload {}",
+        "memory",
+        recompute_name(&s.recompute),
+        if s.sequence_parallel { "on" } else { "off" },
+        s.zero,
+        offload_name(&s.offload)
+    );
+}
+
+fn choice<T>(c: &Choice<T>, show: impl Fn(&T) -> String) -> String {
+    match c {
+        Choice::Auto => "auto".into(),
+        Choice::Values(values) if values.len() == 1 => show(&values[0]),
+        Choice::Values(values) => {
+            let shown: Vec<String> = values.iter().map(show).collect();
+            format!("[{}]", shown.join(", "))
+        }
+    }
+}
+
+fn search_summary(out: &mut String, s: &SearchSpace) {
+    let n = |v: &u64| v.to_string();
+    let rows = [
+        ("dp", choice(&s.dp, n)),
+        ("tp", choice(&s.tp, n)),
+        ("pp", choice(&s.pp, n)),
+        ("cp", choice(&s.cp, n)),
+        ("ep", choice(&s.ep, n)),
+        ("microbatch", choice(&s.microbatch, n)),
+        ("interleave", choice(&s.interleave, n)),
+        ("recompute", choice(&s.recompute, recompute_name)),
+        (
+            "sequence_parallel",
+            choice(&s.sequence_parallel, bool::to_string),
+        ),
+        ("zero", choice(&s.zero, u8::to_string)),
+        ("offload", choice(&s.offload, offload_name)),
+    ];
+    for (key, value) in rows {
+        let _ = writeln!(out, "  {key:<18}{value}");
+    }
+    let _ = writeln!(out, "  {:<18}throughput", "objective");
+    let _ = writeln!(
+        out,
+        "  {:<18}{}% of GPU memory",
+        "memory_limit",
+        super::short_decimal(s.memory_limit * 100.0)
+    );
+    if let Some(t) = s.time_limit {
+        let _ = writeln!(out, "  {:<18}{}", "time_limit", duration(t));
+    }
+    if let Some(top) = s.top {
+        let _ = writeln!(out, "  {:<18}{top}", "top");
+    }
+}

@@ -1,0 +1,110 @@
+//! One module per subcommand, plus what they share: exit codes and number formatting.
+
+pub mod check;
+
+use std::process::ExitCode;
+
+/// The user's input is wrong (a diagnostic was printed).
+pub const EXIT_BAD_INPUT: u8 = 1;
+
+/// Prints a command-line parsing error (or `--help`/`--version`) and picks the exit code: a
+/// malformed command line is bad input like a malformed spec.
+pub fn usage_error(error: clap::Error) -> ExitCode {
+    // Printing to a closed pipe is not worth a second error.
+    let _ = error.print();
+    if error.use_stderr() {
+        ExitCode::from(EXIT_BAD_INPUT)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// At most two decimals, without trailing zeros: `70.55`, `1.2`, `989`.
+pub fn short_decimal(value: f64) -> String {
+    let text = format!("{value:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// Scales `value` by powers of 1000 onto `prefixes` (the first is for 1).
+fn scaled(value: f64, prefixes: &[&str], unit: &str) -> String {
+    let mut scaled = value;
+    let mut index = 0;
+    while scaled.abs() >= 999.995 && index + 1 < prefixes.len() {
+        scaled /= 1000.0;
+        index += 1;
+    }
+    format!("{} {}{unit}", short_decimal(scaled), prefixes[index])
+}
+
+/// A count with K/M/B/T, as model sizes are quoted: `70.55 B`.
+pub fn count(value: f64) -> String {
+    scaled(value, &["", "K", "M", "B", "T"], "")
+        .trim_end()
+        .to_string()
+}
+
+/// An SI quantity: `si(1.2e15, "FLOP/s")` is `1.2 PFLOP/s`.
+pub fn si(value: f64, unit: &str) -> String {
+    scaled(value, &["", "K", "M", "G", "T", "P", "E", "Z"], unit)
+}
+
+/// Bytes in powers of 1024: `80 GiB`.
+pub fn bytes(value: f64) -> String {
+    let prefixes = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut scaled = value;
+    let mut index = 0;
+    while scaled >= 1023.995 && index + 1 < prefixes.len() {
+        scaled /= 1024.0;
+        index += 1;
+    }
+    format!("{} {}", short_decimal(scaled), prefixes[index])
+}
+
+/// Seconds in the largest of s, ms, us, ns that keeps the number at least 1.
+pub fn duration(seconds: f64) -> String {
+    for (scale, unit) in [(1.0, "s"), (1e-3, "ms"), (1e-6, "us")] {
+        if seconds >= scale {
+            return format!("{} {unit}", short_decimal(seconds / scale));
+        }
+    }
+    format!("{} ns", short_decimal(seconds / 1e-9))
+}
+
+/// `70553706496` as `70,553,706,496`.
+pub fn grouped(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_like_a_datasheet() {
+        assert_eq!(count(70_553_706_496.0), "70.55 B");
+        assert_eq!(count(46_702_792_704.0), "46.7 B");
+        assert_eq!(count(512.0), "512");
+        assert_eq!(si(1.2e15, "FLOP/s"), "1.2 PFLOP/s");
+        assert_eq!(si(989e12, "FLOP/s"), "989 TFLOP/s");
+        assert_eq!(si(999.999e12, "FLOP/s"), "1 PFLOP/s");
+        assert_eq!(bytes(80.0 * 1024f64.powi(3)), "80 GiB");
+        assert_eq!(bytes(2e12), "1.82 TiB");
+        assert_eq!(duration(3e-6), "3 us");
+        assert_eq!(duration(0.25), "250 ms");
+        assert_eq!(grouped(70_553_706_496), "70,553,706,496");
+        assert_eq!(grouped(999), "999");
+    }
+}
