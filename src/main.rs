@@ -10,6 +10,11 @@ use clap::Parser;
 enum Cli {
     /// Parse and validate a spec; print the model's size, FLOPs per token and the cluster.
     Check(cli::check::Args),
+    /// Write a model block from another tool's model description.
+    #[command(subcommand)]
+    Import(cli::import::Source),
+    /// Write a strategy as launch arguments or a config file for Megatron-LM, torchtitan or DeepSpeed.
+    Export(cli::export::Args),
 }
 
 fn main() -> ExitCode {
@@ -19,5 +24,7 @@ fn main() -> ExitCode {
     };
     match command {
         Cli::Check(args) => cli::check::run(&args),
+        Cli::Import(source) => cli::import::run(&source),
+        Cli::Export(args) => cli::export::run(&args),
     }
 }

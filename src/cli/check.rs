@@ -30,16 +30,7 @@ pub fn run(args: &Args) -> ExitCode {
             print!("{}", report(&args.spec.display().to_string(), &definitions));
             ExitCode::SUCCESS
         }
-        Err(diagnostics) => {
-            let n = diagnostics.len();
-            eprint!("{diagnostics}");
-            eprintln!(
-                "\nerror: `{}` has {n} error{}",
-                args.spec.display(),
-                if n == 1 { "" } else { "s" }
-            );
-            ExitCode::from(EXIT_BAD_INPUT)
-        }
+        Err(diagnostics) => super::print_diagnostics(&args.spec, &diagnostics),
     }
 }
 

@@ -1,8 +1,13 @@
 //! One module per subcommand, plus what they share: exit codes and number formatting.
 
 pub mod check;
+pub mod export;
+pub mod import;
 
+use std::path::Path;
 use std::process::ExitCode;
+
+use tessel_grammar::{Diagnostics, Spec};
 
 /// The user's input is wrong (a diagnostic was printed).
 pub const EXIT_BAD_INPUT: u8 = 1;
@@ -16,6 +21,49 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
         ExitCode::from(EXIT_BAD_INPUT)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Prints a file's diagnostics and the closing count line.
+pub fn print_diagnostics(file: &Path, diagnostics: &Diagnostics) -> ExitCode {
+    let n = diagnostics.len();
+    eprint!("{diagnostics}");
+    eprintln!(
+        "\nerror: `{}` has {n} error{}",
+        file.display(),
+        if n == 1 { "" } else { "s" }
+    );
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+/// Loads a spec with a `train` block, or prints why it cannot.
+pub fn load_spec(path: &Path) -> Result<Spec, ExitCode> {
+    tessel_grammar::load_file(path).map_err(|diagnostics| print_diagnostics(path, &diagnostics))
+}
+
+/// `; it has a, b` (or `; it has no strategy blocks`), to follow an unknown strategy's name.
+pub fn known_strategies(spec: &Spec) -> String {
+    if spec.strategies.is_empty() {
+        return "; it has no strategy blocks".to_string();
+    }
+    let names: Vec<&str> = spec.strategies.iter().map(|s| s.name.as_str()).collect();
+    format!("; it has {}", names.join(", "))
+}
+
+/// Writes `text` to `path`, or to standard output without one.
+pub fn write_output(path: Option<&Path>, text: &str) -> ExitCode {
+    match path {
+        None => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Some(path) => match std::fs::write(path, text) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: cannot write `{}`: {error}", path.display());
+                ExitCode::from(EXIT_BAD_INPUT)
+            }
+        },
     }
 }
 
