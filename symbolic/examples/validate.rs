@@ -1,0 +1,47 @@
+//! Prints per-row validation errors (a development aid; `docs/VALIDATION.md` is written by
+//! `cargo test -p tessel-symbolic --test validation -- --ignored`).
+
+use tessel_symbolic::cost::{Calibration, KernelEfficiency};
+use tessel_symbolic::validation::{default_data_path, evaluate, load_cases, per_source};
+
+fn main() {
+    let (cases, skipped) = match load_cases(&default_data_path()) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            eprintln!("{err}");
+            return;
+        }
+    };
+    let efficiency = |case: &tessel_symbolic::validation::Case| {
+        KernelEfficiency::for_gpu(&case.spec.cluster.gpu)
+    };
+    let outcomes = evaluate(&cases, Calibration::default(), &efficiency);
+    for o in &outcomes {
+        println!(
+            "{:4} {:28} {:45} thr {:>8} mem {:>8} mfu {:.3} fitsOK {} {}",
+            o.line,
+            o.source.label(),
+            o.model.chars().take(45).collect::<String>(),
+            o.throughput_error
+                .map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
+            o.memory_error
+                .map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
+            o.mfu,
+            !o.oom || !o.predicted_fits,
+            o.error.clone().unwrap_or_default()
+        );
+    }
+    for (source, (t, m)) in per_source(&outcomes) {
+        println!(
+            "{:30} thr n={} mean {:.1}% max {:.1}% | mem n={} mean {:.1}% max {:.1}%",
+            source.label(),
+            t.count,
+            100.0 * t.mean,
+            100.0 * t.max,
+            m.count,
+            100.0 * m.mean,
+            100.0 * m.max
+        );
+    }
+    println!("skipped {}", skipped.len());
+}

@@ -1,0 +1,308 @@
+//! What the stage-cost expressions are built from: the slot symbols as expressions, the
+//! model's, cluster's and training job's numbers as constants, and small expression helpers
+//! (indicators, GEMM time, memory-bound time, ring collectives).
+
+use tessel_grammar::{MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec};
+
+use super::calibration::{Calibration, KernelEfficiency};
+use super::slots::Slot;
+use crate::Expr;
+
+pub(crate) fn k(value: f64) -> Expr {
+    Expr::Const(value)
+}
+
+/// 1 when the integer-valued `x` exceeds `threshold`, else 0.
+pub(crate) fn above(x: Expr, threshold: f64) -> Expr {
+    Expr::min([Expr::max([x - threshold, k(0.0)]), k(1.0)])
+}
+
+/// The mixture-of-experts numbers of a model.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MoeNumbers {
+    pub experts: f64,
+    pub top_k: f64,
+    pub expert_ffn: f64,
+    pub shared: f64,
+    pub capacity: f64,
+    /// Fraction of layers that carry experts; a stage is costed with this average mix.
+    pub fraction: f64,
+    /// Parameters of one expert (matmuls and biases).
+    pub expert_params: f64,
+}
+
+/// Bytes per parameter by role, from the training precision and optimizer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StateBytes {
+    /// The compute copy of a weight.
+    pub weight: f64,
+    /// A gradient as accumulated and reduced: fp32 for bf16 (its 8-bit mantissa needs fp32
+    /// accumulation, as Megatron's main grads and FSDP's fp32 reduce do), fp16 for fp16
+    /// training with loss scaling, fp32 for fp32.
+    pub gradient: f64,
+    /// The fp32 master copy (0 when training in fp32: the weights are the master).
+    pub master: f64,
+    /// Optimizer moments: Adam 2 × fp32, SGD momentum 1 × fp32.
+    pub moments: f64,
+    /// Bytes of an activation element.
+    pub activation: f64,
+    /// HBM bytes the optimizer step touches per local parameter.
+    pub optimizer_step: f64,
+}
+
+pub(crate) struct Ctx {
+    pub b: Expr,
+    pub t: Expr,
+    pub p: Expr,
+    pub d: Expr,
+    pub c: Expr,
+    pub e: Expr,
+    pub m: Expr,
+    pub v: Expr,
+    pub stage: Expr,
+    pub layers: Expr,
+    pub full: Expr,
+    pub selective: Expr,
+    pub sp: Expr,
+    pub zero: Expr,
+    pub off_opt: Expr,
+    pub off_w: Expr,
+    pub off_g: Expr,
+    pub off_act: Expr,
+
+    pub seq: f64,
+    pub hidden: f64,
+    pub heads: f64,
+    pub head_dim: f64,
+    pub q_dim: f64,
+    pub kv_dim: f64,
+    pub ffn: f64,
+    pub vocab: f64,
+    pub mlp_matrices: f64,
+    pub tied: bool,
+    pub rope: bool,
+    pub bias: bool,
+    /// Parameters of one norm: layernorm has a weight and a bias, rmsnorm a weight.
+    pub norm_params: f64,
+    pub position_params: f64,
+    pub flash: bool,
+    pub fp8: bool,
+    pub moe: Option<MoeNumbers>,
+    pub bytes: StateBytes,
+
+    pub matmul_peak: f64,
+    pub attention_peak: f64,
+    pub hbm_bandwidth: f64,
+    pub efficiency: KernelEfficiency,
+    pub cal: Calibration,
+    pub gpus_per_node: f64,
+    pub intra_bandwidth: f64,
+    pub inter_bandwidth: f64,
+    pub intra_latency: f64,
+    pub inter_latency: f64,
+    pub host_link: f64,
+}
+
+impl Ctx {
+    pub fn new(spec: &Spec, efficiency: KernelEfficiency, cal: Calibration) -> Ctx {
+        let model = &spec.model;
+        let train = &spec.train;
+        let cluster = &spec.cluster;
+        let sym = |slot: Slot| Expr::Sym(slot.symbol());
+        let half = match train.precision {
+            Precision::Fp32 => false,
+            Precision::Bf16 | Precision::Fp16 | Precision::Fp8 => true,
+        };
+        let moments = match train.optimizer {
+            Optimizer::Adam => 8.0,
+            Optimizer::Sgd => 4.0,
+        };
+        let bytes = StateBytes {
+            weight: if half { 2.0 } else { 4.0 },
+            gradient: if train.precision == Precision::Fp16 {
+                2.0
+            } else {
+                4.0
+            },
+            master: if half { 4.0 } else { 0.0 },
+            moments,
+            activation: if half { 2.0 } else { 4.0 },
+            optimizer_step: match train.optimizer {
+                Optimizer::Adam => cal.adam_bytes_per_param,
+                Optimizer::Sgd => cal.sgd_bytes_per_param,
+            },
+        };
+        let peak = &cluster.gpu.peak;
+        let matmul_peak = match train.precision {
+            Precision::Fp32 => peak.tf32.max(peak.fp32),
+            other => peak.for_precision(other),
+        };
+        let attention_peak = match train.precision {
+            Precision::Fp8 => peak.bf16,
+            Precision::Fp32 => peak.tf32.max(peak.fp32),
+            other => peak.for_precision(other),
+        };
+        let moe = model.moe.as_ref().map(|moe| {
+            let expert_matmul = model.mlp_matmul_params(moe.expert_ffn_hidden) as f64;
+            let expert_bias = if model.bias {
+                (moe.expert_ffn_hidden + model.hidden) as f64
+            } else {
+                0.0
+            };
+            MoeNumbers {
+                experts: moe.experts as f64,
+                top_k: moe.top_k as f64,
+                expert_ffn: moe.expert_ffn_hidden as f64,
+                shared: moe.shared_experts as f64,
+                capacity: moe.capacity_factor.max(1.0),
+                fraction: model.moe_layers() as f64 / model.layers.max(1) as f64,
+                expert_params: expert_matmul + expert_bias,
+            }
+        });
+        Ctx {
+            b: sym(Slot::Microbatch),
+            t: sym(Slot::Tp),
+            p: sym(Slot::Pp),
+            d: sym(Slot::Dp),
+            c: sym(Slot::Cp),
+            e: sym(Slot::Ep),
+            m: sym(Slot::Microbatches),
+            v: sym(Slot::Interleave),
+            stage: sym(Slot::Stage),
+            layers: sym(Slot::Layers),
+            full: sym(Slot::FullRecomputeLayers),
+            selective: sym(Slot::Selective),
+            sp: sym(Slot::SequenceParallel),
+            zero: sym(Slot::Zero),
+            off_opt: sym(Slot::OffloadOptimizer),
+            off_w: sym(Slot::OffloadWeights),
+            off_g: sym(Slot::OffloadGradients),
+            off_act: sym(Slot::OffloadActivations),
+            seq: train.seq_len as f64,
+            hidden: model.hidden as f64,
+            heads: model.heads as f64,
+            head_dim: model.head_dim as f64,
+            q_dim: model.q_dim() as f64,
+            kv_dim: model.kv_dim() as f64,
+            ffn: model.ffn_hidden as f64,
+            vocab: model.vocab as f64,
+            mlp_matrices: match model.mlp {
+                MlpKind::Gelu => 2.0,
+                MlpKind::Swiglu => 3.0,
+            },
+            tied: model.tie_embeddings,
+            rope: model.position == PositionKind::Rope,
+            bias: model.bias,
+            norm_params: match model.norm {
+                NormKind::Layernorm => 2.0 * model.hidden as f64,
+                NormKind::Rmsnorm => model.hidden as f64,
+            },
+            position_params: match model.position {
+                PositionKind::Rope => 0.0,
+                PositionKind::Learned => (model.max_seq_len.unwrap_or(0) * model.hidden) as f64,
+            },
+            flash: train.flash_attention,
+            fp8: train.precision == Precision::Fp8,
+            moe,
+            bytes,
+            matmul_peak,
+            attention_peak,
+            hbm_bandwidth: cluster.gpu.hbm_bandwidth,
+            efficiency,
+            cal,
+            gpus_per_node: cluster.gpus_per_node as f64,
+            intra_bandwidth: cluster.intra_node.bandwidth * cal.intra_node_comm_efficiency,
+            inter_bandwidth: cluster.inter_node.bandwidth * cal.inter_node_comm_efficiency,
+            intra_latency: cluster.intra_node.latency,
+            inter_latency: cluster.inter_node.latency,
+            host_link: cluster.host_link,
+        }
+    }
+
+    /// Sequence positions each GPU holds: `s / c`.
+    pub fn local_seq(&self) -> Expr {
+        k(self.seq) / self.c.clone()
+    }
+
+    /// Tokens each GPU processes per micro-batch: `b · s / c`.
+    pub fn tokens(&self) -> Expr {
+        self.b.clone() * self.local_seq()
+    }
+
+    /// Divisor of the work outside tensor-parallel regions (norms, dropout, residuals):
+    /// replicated over the tp group unless sequence parallelism shards it (`1 + sp·(t − 1)`).
+    pub fn replicated_divisor(&self) -> Expr {
+        k(1.0) + self.sp.clone() * (self.t.clone() - 1.0)
+    }
+
+    /// 1 for the first pipeline device.
+    pub fn is_first(&self) -> Expr {
+        Expr::max([k(1.0) - self.stage.clone(), k(0.0)])
+    }
+
+    /// 1 for the last pipeline device.
+    pub fn is_last(&self) -> Expr {
+        Expr::max([self.stage.clone() - self.p.clone() + 2.0, k(0.0)])
+    }
+
+    /// Indicators of the ZeRO stage: (≥ 1, ≥ 2, = 3).
+    pub fn zero_flags(&self) -> (Expr, Expr, Expr) {
+        let z = self.zero.clone();
+        (
+            Expr::min([z.clone(), k(1.0)]),
+            above(z.clone(), 1.0),
+            above(z, 2.0),
+        )
+    }
+
+    /// Seconds of a GEMM of `flops` whose dimensions are `dims` (per GPU).
+    pub fn gemm(&self, flops: Expr, dims: Vec<Expr>) -> Expr {
+        let smallest = Expr::min(dims);
+        let rate = self.matmul_peak * self.efficiency.matmul;
+        flops * (smallest.clone() + self.efficiency.matmul_half_dim) / (smallest * rate)
+    }
+
+    /// Seconds of a memory-bound kernel moving `bytes`.
+    pub fn memory_bound(&self, bytes: Expr) -> Expr {
+        bytes / (self.hbm_bandwidth * self.efficiency.memory)
+    }
+
+    /// Seconds per byte and per message of a group whose ranks span `span` consecutive GPUs
+    /// (the group's size times its stride): inside a node when `span ≤ gpus_per_node`.
+    fn link(&self, span: Expr) -> (Expr, Expr) {
+        let crosses = above(span, self.gpus_per_node);
+        let per_byte = (k(1.0) - crosses.clone()) * (1.0 / self.intra_bandwidth)
+            + crosses.clone() * (1.0 / self.inter_bandwidth);
+        let latency =
+            (k(1.0) - crosses.clone()) * self.intra_latency + crosses * self.inter_latency;
+        (per_byte, latency)
+    }
+
+    /// Ring all-reduce of `bytes` over `n` ranks: `2(n−1)/n` of the buffer per GPU plus
+    /// `2(n−1)` latency steps.
+    pub fn all_reduce(&self, bytes: Expr, n: Expr, span: Expr) -> Expr {
+        let (per_byte, latency) = self.link(span);
+        let steps = n.clone() - 1.0;
+        k(2.0) * steps.clone() / n * bytes * per_byte + k(2.0) * steps * latency
+    }
+
+    /// Ring all-gather or reduce-scatter: `(n−1)/n` of the (full) buffer plus `n−1` steps.
+    pub fn gather(&self, bytes: Expr, n: Expr, span: Expr) -> Expr {
+        let (per_byte, latency) = self.link(span);
+        let steps = n.clone() - 1.0;
+        steps.clone() / n * bytes * per_byte + steps * latency
+    }
+
+    /// All-to-all of `bytes` per GPU over `n` ranks: `(n−1)/n` leaves the GPU.
+    pub fn all_to_all(&self, bytes: Expr, n: Expr, span: Expr) -> Expr {
+        let (per_byte, latency) = self.link(span);
+        let steps = n.clone() - 1.0;
+        steps.clone() / n * bytes * per_byte + steps * latency
+    }
+
+    /// One point-to-point message of `bytes` between ranks `span` GPUs apart at most.
+    pub fn p2p(&self, bytes: Expr, span: Expr) -> Expr {
+        let (per_byte, latency) = self.link(span);
+        bytes * per_byte + latency
+    }
+}
