@@ -16,6 +16,27 @@ fn main() {
         KernelEfficiency::for_gpu(&case.spec.cluster.gpu)
     };
     let outcomes = evaluate(&cases, Calibration::default(), &efficiency);
+    let detail: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    for case in cases.iter().filter(|c| detail.contains(&c.line)) {
+        let model = tessel_symbolic::cost::CostModel::new(&case.spec);
+        if let Ok(Ok(est)) = model.map(|m| m.estimate(&case.strategy)) {
+            println!(
+                "line {} {:?} step {:.3}",
+                case.line, case.strategy, est.step_time_s
+            );
+            println!("  {:?}", est.time);
+            for st in est.stages.iter().take(2) {
+                println!(
+                    "  stage {} layers {} mem {:?}",
+                    st.stage, st.layers, st.memory
+                );
+            }
+            println!("  peak {:.2} GiB", est.peak_memory_gib);
+        }
+    }
     for o in &outcomes {
         println!(
             "{:4} {:28} {:45} thr {:>8} mem {:>8} mfu {:.3} fitsOK {} {}",

@@ -258,7 +258,12 @@ impl Ctx {
     /// Seconds of a GEMM of `flops` whose dimensions are `dims` (per GPU).
     pub fn gemm(&self, flops: Expr, dims: Vec<Expr>) -> Expr {
         let smallest = Expr::min(dims);
-        let rate = self.matmul_peak * self.efficiency.matmul;
+        let fraction = if self.fp8 {
+            self.efficiency.fp8_matmul
+        } else {
+            self.efficiency.matmul
+        };
+        let rate = self.matmul_peak * fraction;
         flops * (smallest.clone() + self.efficiency.matmul_half_dim) / (smallest * rate)
     }
 
@@ -267,42 +272,61 @@ impl Ctx {
         bytes / (self.hbm_bandwidth * self.efficiency.memory)
     }
 
-    /// Seconds per byte and per message of a group whose ranks span `span` consecutive GPUs
-    /// (the group's size times its stride): inside a node when `span ≤ gpus_per_node`.
-    fn link(&self, span: Expr) -> (Expr, Expr) {
+    /// Seconds per byte and per message of a ring over `n` ranks placed `stride` GPUs apart.
+    /// Inside one node (`n · stride ≤ gpus_per_node`) it runs at the intra-node link. Across
+    /// nodes NCCL runs one ring channel per GPU of the group in a node, each leaving through
+    /// that GPU's own NIC, so the ring moves `members_per_node × inter-node bandwidth`
+    /// (`members_per_node = min(n, gpus_per_node / stride)`), capped by the intra-node link.
+    fn ring_link(&self, n: Expr, stride: Expr) -> (Expr, Expr) {
+        let crosses = above(n.clone() * stride.clone(), self.gpus_per_node);
+        let members = Expr::max([Expr::min([n, k(self.gpus_per_node) / stride]), k(1.0)]);
+        let across = Expr::max([
+            k(1.0 / self.intra_bandwidth),
+            k(1.0 / self.inter_bandwidth) / members,
+        ]);
+        self.select_link(crosses, across)
+    }
+
+    /// Seconds per byte and per message between single GPUs `span` consecutive GPUs apart at
+    /// most (point-to-point, all-to-all): one NIC per GPU across nodes.
+    fn pair_link(&self, span: Expr) -> (Expr, Expr) {
         let crosses = above(span, self.gpus_per_node);
+        self.select_link(crosses, k(1.0 / self.inter_bandwidth))
+    }
+
+    fn select_link(&self, crosses: Expr, across_per_byte: Expr) -> (Expr, Expr) {
         let per_byte = (k(1.0) - crosses.clone()) * (1.0 / self.intra_bandwidth)
-            + crosses.clone() * (1.0 / self.inter_bandwidth);
+            + crosses.clone() * across_per_byte;
         let latency =
             (k(1.0) - crosses.clone()) * self.intra_latency + crosses * self.inter_latency;
         (per_byte, latency)
     }
 
-    /// Ring all-reduce of `bytes` over `n` ranks: `2(n−1)/n` of the buffer per GPU plus
-    /// `2(n−1)` latency steps.
-    pub fn all_reduce(&self, bytes: Expr, n: Expr, span: Expr) -> Expr {
-        let (per_byte, latency) = self.link(span);
+    /// Ring all-reduce of `bytes` over `n` ranks `stride` apart: `2(n−1)/n` of the buffer per
+    /// GPU plus `2(n−1)` latency steps.
+    pub fn all_reduce(&self, bytes: Expr, n: Expr, stride: Expr) -> Expr {
+        let (per_byte, latency) = self.ring_link(n.clone(), stride);
         let steps = n.clone() - 1.0;
         k(2.0) * steps.clone() / n * bytes * per_byte + k(2.0) * steps * latency
     }
 
     /// Ring all-gather or reduce-scatter: `(n−1)/n` of the (full) buffer plus `n−1` steps.
-    pub fn gather(&self, bytes: Expr, n: Expr, span: Expr) -> Expr {
-        let (per_byte, latency) = self.link(span);
+    pub fn gather(&self, bytes: Expr, n: Expr, stride: Expr) -> Expr {
+        let (per_byte, latency) = self.ring_link(n.clone(), stride);
         let steps = n.clone() - 1.0;
         steps.clone() / n * bytes * per_byte + steps * latency
     }
 
-    /// All-to-all of `bytes` per GPU over `n` ranks: `(n−1)/n` leaves the GPU.
-    pub fn all_to_all(&self, bytes: Expr, n: Expr, span: Expr) -> Expr {
-        let (per_byte, latency) = self.link(span);
+    /// All-to-all of `bytes` per GPU over `n` ranks `stride` apart: `(n−1)/n` leaves the GPU.
+    pub fn all_to_all(&self, bytes: Expr, n: Expr, stride: Expr) -> Expr {
+        let (per_byte, latency) = self.pair_link(n.clone() * stride);
         let steps = n.clone() - 1.0;
         steps.clone() / n * bytes * per_byte + steps * latency
     }
 
     /// One point-to-point message of `bytes` between ranks `span` GPUs apart at most.
     pub fn p2p(&self, bytes: Expr, span: Expr) -> Expr {
-        let (per_byte, latency) = self.link(span);
+        let (per_byte, latency) = self.pair_link(span);
         bytes * per_byte + latency
     }
 }

@@ -15,7 +15,10 @@ pub enum Source {
     MegatronReadme,
     Bloom,
     Torchtitan,
-    Mpt,
+    /// MPT runs on H100 (throughput fit source for the Hopper generation).
+    MptHopper,
+    /// MPT runs on A100 (evaluation).
+    MptAmpere,
     Nemo,
     Mist,
     MtNlg,
@@ -23,7 +26,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn from_column(source: &str) -> Source {
+    pub fn from_columns(source: &str, gpu: &str) -> Source {
         let starts = |prefix: &str| source.starts_with(prefix);
         if starts("Korthikanti") {
             Source::Korthikanti
@@ -33,8 +36,10 @@ impl Source {
             Source::Bloom
         } else if starts("torchtitan") {
             Source::Torchtitan
+        } else if starts("MPT") && gpu.to_ascii_lowercase().contains("h100") {
+            Source::MptHopper
         } else if starts("MPT") {
-            Source::Mpt
+            Source::MptAmpere
         } else if starts("NeMo") || starts("Megatron-Bridge") {
             Source::Nemo
         } else if starts("Mist") {
@@ -52,7 +57,8 @@ impl Source {
             Source::MegatronReadme => "Megatron-LM README 2020",
             Source::Bloom => "BLOOM-176B sweeps and run",
             Source::Torchtitan => "torchtitan",
-            Source::Mpt => "MosaicML llm-foundry (MPT)",
+            Source::MptHopper => "MosaicML llm-foundry (MPT), H100",
+            Source::MptAmpere => "MosaicML llm-foundry (MPT), A100",
             Source::Nemo => "NeMo / Megatron-Bridge",
             Source::Mist => "Mist artifact",
             Source::MtNlg => "MT-NLG 530B",
@@ -60,12 +66,26 @@ impl Source {
         }
     }
 
-    /// Sources the calibration was fitted on; the others are evaluation only.
-    pub fn is_fit(self) -> bool {
+    /// Sources the throughput calibration was fitted on; the others are evaluation only.
+    pub fn is_throughput_fit(self) -> bool {
         matches!(
             self,
-            Source::Korthikanti | Source::MegatronReadme | Source::Bloom
+            Source::Korthikanti | Source::MegatronReadme | Source::Nemo
         )
+    }
+
+    /// Sources the memory calibration was fitted on.
+    pub fn is_memory_fit(self) -> bool {
+        self == Source::Bloom
+    }
+
+    /// How a source enters the calibration, in words.
+    pub fn role(self) -> &'static str {
+        match (self.is_throughput_fit(), self.is_memory_fit()) {
+            (true, _) => "fit (throughput)",
+            (false, true) => "fit (memory); throughput evaluated",
+            (false, false) => "evaluation",
+        }
     }
 }
 
@@ -128,7 +148,7 @@ pub fn cases_from_records(records: &[Vec<String>]) -> (Vec<Case>, Vec<Skipped>) 
             Ok(case) => cases.push(case),
             Err(reason) => skipped.push(Skipped {
                 line,
-                source: Source::from_column(row.get("source")),
+                source: Source::from_columns(row.get("source"), row.get("gpu")),
                 model: row.get("model").to_string(),
                 reason,
             }),
@@ -168,7 +188,7 @@ impl Row<'_> {
 
 fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     let source_column = row.get("source");
-    let source = Source::from_column(source_column);
+    let source = Source::from_columns(source_column, row.get("gpu"));
     if source == Source::Palm {
         return Err("TPU run: not a GPU".to_string());
     }
@@ -237,7 +257,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         Precision::Bf16
     };
     let flash = match source {
-        Source::Mpt | Source::Torchtitan | Source::Nemo => true,
+        Source::MptHopper | Source::MptAmpere | Source::Torchtitan | Source::Nemo => true,
         _ => notes.contains("FlashAttention") && !notes.contains("no FlashAttention"),
     };
 
@@ -276,7 +296,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         },
         tie_embeddings: !llama,
         // MPT has no biases (no_bias); GPT-2/3, Megatron and BLOOM do; Llama does not.
-        bias: !llama && source != Source::Mpt,
+        bias: !llama && !matches!(source, Source::MptHopper | Source::MptAmpere),
         max_seq_len: Some(seq),
         // BLOOM and MPT use ALiBi, Llama rotary: neither has position parameters.
         position: if gpt2_style {

@@ -32,7 +32,7 @@ pub fn render_validation_markdown(
     let stats = per_source(outcomes);
     for (source, (throughput, memory)) in &stats {
         let rows = outcomes.iter().filter(|o| o.source == *source).count();
-        let role = if source.is_fit() { "fit" } else { "evaluation" };
+        let role = source.role();
         let cell = |s: &ErrorStats| {
             if s.count == 0 {
                 ("–".to_string(), "–".to_string())
@@ -51,10 +51,19 @@ pub fn render_validation_markdown(
         );
     }
     let group = |fit: bool| {
-        let picked = outcomes.iter().filter(|o| o.source.is_fit() == fit);
+        let picked = outcomes.iter();
         (
-            ErrorStats::of(picked.clone().filter_map(|o| o.throughput_error)),
-            ErrorStats::of(picked.filter_map(|o| o.memory_error)),
+            ErrorStats::of(
+                picked
+                    .clone()
+                    .filter(|o| o.source.is_throughput_fit() == fit)
+                    .filter_map(|o| o.throughput_error),
+            ),
+            ErrorStats::of(
+                picked
+                    .filter(|o| o.source.is_memory_fit() == fit)
+                    .filter_map(|o| o.memory_error),
+            ),
         )
     };
     for (label, fit) in [("all fit sources", true), ("all evaluation sources", false)] {
