@@ -1,7 +1,7 @@
-//! Offline calibration: a coordinate search of the global and per-generation parameters over
-//! the fit sources of the published runs (throughput: Korthikanti et al. Table 5, the
-//! Megatron-LM README and the NeMo / Megatron-Bridge summaries; memory: the BLOOM sweeps). Prints the best
-//! parameters; the committed defaults in `symbolic/src/cost/calibration.rs` come from it.
+//! Offline calibration: a coordinate search of the global and per-generation throughput
+//! parameters over the fit sources of the published runs (Korthikanti et al. Table 5, the
+//! Megatron-LM README and the NeMo / Megatron-Bridge summaries). Prints the best parameters;
+//! the committed defaults in `symbolic/src/cost/calibration.rs` come from it.
 //!
 //! `cargo run --release -p tessel-symbolic --example calibrate`
 
@@ -43,8 +43,6 @@ impl State {
             "zero3_overlap" => (&mut self.cal.zero3_overlap, 0.0, 1.0),
             "layer_overhead_s" => (&mut self.cal.layer_overhead_s, 0.0, 50e-6),
             "pp_exposed" => (&mut self.cal.pp_exposed, 0.0, 1.0),
-            "fragmentation" => (&mut self.cal.fragmentation, 0.0, 0.5),
-            "comm_buffer_bytes" => (&mut self.cal.comm_buffer_bytes, 0.0, 8e9),
             _ => return None,
         })
     }
@@ -79,19 +77,14 @@ const THROUGHPUT: [&str; 13] = [
     "pp_exposed",
 ];
 
-const MEMORY: [&str; 2] = ["fragmentation", "comm_buffer_bytes"];
-
-fn objective(cases: &[&Case], state: &State, memory: bool) -> f64 {
+fn objective(cases: &[&Case], state: &State) -> f64 {
     let mut korthikanti = Vec::new();
     let mut rest = Vec::new();
     for case in cases {
         let outcome = evaluate_case(case, state.cal, state.efficiency(case));
-        let error = if memory {
-            outcome.memory_error
-        } else {
-            outcome.throughput_error
+        let Some(error) = outcome.throughput_error else {
+            continue;
         };
-        let Some(error) = error else { continue };
         if case.source == Source::Korthikanti {
             korthikanti.push(error);
         } else {
@@ -103,8 +96,8 @@ fn objective(cases: &[&Case], state: &State, memory: bool) -> f64 {
     2.0 * k.mean + 0.5 * k.max + r.mean + 0.1 * r.max
 }
 
-fn search(names: &[&str], cases: &[&Case], state: &mut State, memory: bool) {
-    let mut best = objective(cases, state, memory);
+fn search(names: &[&str], cases: &[&Case], state: &mut State) {
+    let mut best = objective(cases, state);
     let factors = [0.6, 0.8, 0.9, 0.95, 0.98, 1.02, 1.05, 1.1, 1.25, 1.6];
     for round in 0..15 {
         let mut improved = false;
@@ -115,7 +108,7 @@ fn search(names: &[&str], cases: &[&Case], state: &mut State, memory: bool) {
             for value in candidates {
                 let mut trial = *state;
                 trial.set(name, value);
-                let score = objective(cases, &trial, memory);
+                let score = objective(cases, &trial);
                 if score < best - 1e-9 {
                     best = score;
                     *state = trial;
@@ -142,7 +135,6 @@ fn main() {
         .iter()
         .filter(|c| c.source.is_throughput_fit())
         .collect();
-    let memory: Vec<&Case> = cases.iter().filter(|c| c.source.is_memory_fit()).collect();
     let default_for = |generation: GpuGeneration| {
         cases
             .iter()
@@ -163,7 +155,6 @@ fn main() {
         volta,
         hopper,
     };
-    search(&THROUGHPUT, &throughput, &mut state, false);
-    search(&MEMORY, &memory, &mut state, true);
+    search(&THROUGHPUT, &throughput, &mut state);
     println!("{state:#?}");
 }

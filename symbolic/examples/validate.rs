@@ -48,7 +48,7 @@ fn main() {
             o.memory_error
                 .map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
             o.mfu,
-            !o.oom || !o.predicted_fits,
+            o.oom != o.predicted_fits,
             o.error.clone().unwrap_or_default()
         );
     }
@@ -64,5 +64,17 @@ fn main() {
             100.0 * m.max
         );
     }
+    let ran_but_predicted_oom = outcomes
+        .iter()
+        .filter(|o| o.error.is_none() && !o.oom && !o.predicted_fits)
+        .count();
+    let oom_caught = outcomes
+        .iter()
+        .filter(|o| o.oom && !o.predicted_fits)
+        .count();
+    let ooms = outcomes.iter().filter(|o| o.oom).count();
+    println!(
+        "ran but predicted not to fit: {ran_but_predicted_oom}; OOM caught {oom_caught}/{ooms}"
+    );
     println!("skipped {}", skipped.len());
 }

@@ -84,7 +84,10 @@ fn per_source_errors_stay_within_achieved_bounds() {
             stats.max
         );
     }
-    let memory_bounds = [(Source::Bloom, 0.07, 0.29), (Source::Torchtitan, 0.41, 0.89)];
+    let memory_bounds = [
+        (Source::Bloom, 0.07, 0.29),
+        (Source::Torchtitan, 0.41, 0.89),
+    ];
     for (source, mean, max) in memory_bounds {
         let stats = memory(&outcomes, source);
         assert!(stats.count > 0, "{source:?} has memory rows");

@@ -20,6 +20,8 @@
 //!   6·s'b·ffn (gate, up, product); experts the same on the routed tokens plus their
 //!   dispatched inputs and combined outputs.
 //!
+//! FP8 training keeps fp8 copies of the GEMM inputs (1 byte per element instead of 2).
+//!
 //! For a GPT layer this is sbh(34 + 5as/h) without parallelism and 34sbh/t with tp + sp +
 //! selective recompute. A fully recomputed layer keeps its input, 2sbh (÷t with sp), and the
 //! layer being recomputed needs its full activations once.
@@ -37,23 +39,32 @@ pub(crate) fn layer_activations(ctx: &Ctx) -> (Expr, Expr) {
     let sb = s_local.clone() * b.clone();
     let act = ctx.bytes.activation / 2.0;
     let h = ctx.hidden;
-    let replicated = k(10.0 * h * act) * sb.clone() / ctx.replicated_divisor();
-    let attention = k((2.0 * (ctx.q_dim + ctx.kv_dim) + 2.0 * ctx.kv_dim + 2.0 * ctx.q_dim) * act)
-        * sb.clone()
-        / t.clone();
+    // FP8 training keeps the fp8 copies of GEMM inputs for backward (1 byte instead of 2).
+    let g = if ctx.fp8 { 0.5 } else { 1.0 };
+    let replicated = k((6.0 + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
+    let attention =
+        k((2.0 * (ctx.q_dim + ctx.kv_dim) + 2.0 * ctx.kv_dim + 2.0 * g * ctx.q_dim) * act)
+            * sb.clone()
+            / t.clone();
     let scores = if ctx.flash {
         k(4.0 * ctx.heads) * sb.clone() / t.clone()
     } else {
         k(5.0 * ctx.heads * ctx.seq * act) * sb.clone() / t.clone()
     };
-    let mlp_factor = if ctx.mlp_matrices > 2.0 { 6.0 } else { 4.0 };
+    // gelu: its input and the down projection's input; swiglu: gate and up outputs and the
+    // down projection's input.
+    let mlp_factor = if ctx.mlp_matrices > 2.0 {
+        4.0 + 2.0 * g
+    } else {
+        2.0 + 2.0 * g
+    };
     let dense_mlp = k(mlp_factor * ctx.ffn * act) * sb.clone() / t.clone();
     let mlp = match &ctx.moe {
         None => dense_mlp,
         Some(moe) => {
             let routed = sb.clone() * (moe.top_k * moe.capacity);
             let experts = routed.clone() * (mlp_factor * moe.expert_ffn * act) / t.clone()
-                + routed * (4.0 * h * act);
+                + routed * ((2.0 + 2.0 * g) * h * act);
             let shared = k(mlp_factor * moe.shared * moe.expert_ffn * act) * sb / t;
             k(1.0 - moe.fraction) * dense_mlp + k(moe.fraction) * (experts + shared)
         }

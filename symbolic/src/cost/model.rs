@@ -217,11 +217,14 @@ fn peak_for(spec: &Spec) -> f64 {
 
 /// Extra FLOPs per trained token that recompute adds (Megatron convention, no causal
 /// halving): a full forward of each fully recomputed layer (`2·` its active matmul
-/// parameters `+ 4·s·q`), or the attention core (`4·s·q`) of each selectively recomputed one.
+/// parameters `+ 4·s·q`, Megatron's 96·B·L·s·h²(1 + s/6h + V/16hL)), or for each selectively
+/// recomputed layer the attention core counted as Korthikanti et al. and Megatron-LM count it
+/// (`12·s·q`, their 72·B·L·s·h²(1 + s/3h + V/12hL)), so that HFU compares like with like.
 fn recompute_flops_per_token(spec: &Spec, strategy: &Strategy, layers: &[u64]) -> f64 {
     let model = &spec.model;
     let seq = spec.train.seq_len as f64;
     let core = 4.0 * seq * model.q_dim() as f64;
+    let selective_core = 3.0 * core;
     let total_layers = model.layers.max(1) as f64;
     let attention = model.attention_matmul_params() as f64;
     let mlp_per_layer = (model.active_matmul_params() as f64
@@ -233,7 +236,7 @@ fn recompute_flops_per_token(spec: &Spec, strategy: &Strategy, layers: &[u64]) -
         .iter()
         .map(|&count| match strategy.recompute {
             Recompute::None => 0.0,
-            Recompute::Selective => count as f64 * core,
+            Recompute::Selective => count as f64 * selective_core,
             Recompute::Full => count as f64 * layer_forward,
             Recompute::Partial { full_layers } => full_layers.min(count) as f64 * layer_forward,
         })

@@ -74,17 +74,12 @@ impl Source {
         )
     }
 
-    /// Sources the memory calibration was fitted on.
-    pub fn is_memory_fit(self) -> bool {
-        self == Source::Bloom
-    }
-
-    /// How a source enters the calibration, in words.
+    /// How a source enters the calibration, in words. Memory is never fitted.
     pub fn role(self) -> &'static str {
-        match (self.is_throughput_fit(), self.is_memory_fit()) {
-            (true, _) => "fit (throughput)",
-            (false, true) => "fit (memory); throughput evaluated",
-            (false, false) => "evaluation",
+        if self.is_throughput_fit() {
+            "fit (throughput)"
+        } else {
+            "evaluation"
         }
     }
 }

@@ -51,19 +51,12 @@ pub fn render_validation_markdown(
         );
     }
     let group = |fit: bool| {
-        let picked = outcomes.iter();
+        let picked = outcomes
+            .iter()
+            .filter(move |o| o.source.is_throughput_fit() == fit);
         (
-            ErrorStats::of(
-                picked
-                    .clone()
-                    .filter(|o| o.source.is_throughput_fit() == fit)
-                    .filter_map(|o| o.throughput_error),
-            ),
-            ErrorStats::of(
-                picked
-                    .filter(|o| o.source.is_memory_fit() == fit)
-                    .filter_map(|o| o.memory_error),
-            ),
+            ErrorStats::of(picked.clone().filter_map(|o| o.throughput_error)),
+            ErrorStats::of(picked.filter_map(|o| o.memory_error)),
         )
     };
     for (label, fit) in [("all fit sources", true), ("all evaluation sources", false)] {
@@ -97,6 +90,28 @@ pub fn render_validation_markdown(
             case.strategy.pp,
             case.strategy.dp,
             case.strategy.microbatch
+        );
+    }
+
+    out.push_str("\n## Runs that ran but are predicted not to fit\n\n");
+    let false_oom: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.error.is_none() && !o.oom && !o.predicted_fits)
+        .collect();
+    let _ =
+        writeln!(
+        out,
+        "{} of {} costed runs that completed are predicted not to fit (memory over-estimated):\n",
+        false_oom.len(),
+        outcomes.iter().filter(|o| o.error.is_none() && !o.oom).count()
+    );
+    for outcome in false_oom {
+        let _ = writeln!(
+            out,
+            "- line {}: {} — {}",
+            outcome.line,
+            outcome.source.label(),
+            outcome.model
         );
     }
 
