@@ -85,8 +85,9 @@ fn per_source_errors_stay_within_achieved_bounds() {
         );
     }
     let memory_bounds = [
-        (Source::Bloom, 0.07, 0.29),
-        (Source::Torchtitan, 0.41, 0.89),
+        (Source::Bloom, 0.18, 0.41),
+        (Source::Torchtitan, 0.36, 0.54),
+        (Source::Mist, 0.18, 0.18),
     ];
     for (source, mean, max) in memory_bounds {
         let stats = memory(&outcomes, source);
