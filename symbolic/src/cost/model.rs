@@ -105,12 +105,8 @@ impl CostModel {
     ) -> Vec<f64> {
         let m = microbatches(&self.spec, strategy).max(1);
         let values = slot_values(strategy, m, stage, layers, recompute, offload);
-        let env = |symbol: &Symbol| {
-            Slot::ALL
-                .iter()
-                .position(|slot| slot.name() == symbol.name())
-                .map_or(f64::NAN, |index| values[index])
-        };
+        let env =
+            |symbol: &Symbol| Slot::index_of(symbol.name()).map_or(f64::NAN, |index| values[index]);
         self.outputs.iter().map(|expr| expr.eval(&env)).collect()
     }
 

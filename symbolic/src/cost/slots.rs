@@ -91,6 +91,32 @@ impl Slot {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The position of the slot named `name`, if any (a `match`, cheaper than a search in the
+    /// evaluation's inner loop).
+    pub fn index_of(name: &str) -> Option<usize> {
+        Some(match name {
+            "b" => 0,
+            "t" => 1,
+            "p" => 2,
+            "d" => 3,
+            "c" => 4,
+            "e" => 5,
+            "m" => 6,
+            "v" => 7,
+            "i" => 8,
+            "layers" => 9,
+            "r" => 10,
+            "selective" => 11,
+            "sp" => 12,
+            "zero" => 13,
+            "off_opt" => 14,
+            "off_w" => 15,
+            "off_g" => 16,
+            "off_act" => 17,
+            _ => return None,
+        })
+    }
 }
 
 /// Outputs of the stage-cost expressions, in order. Times are seconds, memory bytes.
@@ -202,4 +228,18 @@ pub fn slot_values(
     set(Slot::OffloadGradients, offload.gradients);
     set(Slot::OffloadActivations, offload.activations);
     values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slot;
+
+    #[test]
+    fn index_of_agrees_with_the_slot_order() {
+        for (position, slot) in Slot::ALL.iter().enumerate() {
+            assert_eq!(slot.index(), position);
+            assert_eq!(Slot::index_of(slot.name()), Some(position));
+        }
+        assert_eq!(Slot::index_of("unknown"), None);
+    }
 }
