@@ -409,3 +409,102 @@ fn overrides_rebuild_dp() {
     };
     assert_eq!(over.apply(&s, 8).dp, 4);
 }
+
+fn llama405b() -> ModelSpec {
+    ModelSpec {
+        name: "llama3-405b".into(),
+        layers: 126,
+        hidden: 16384,
+        heads: 128,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn_hidden: 53248,
+        vocab: 128256,
+        mlp: MlpKind::Swiglu,
+        norm: NormKind::Rmsnorm,
+        tie_embeddings: false,
+        bias: false,
+        max_seq_len: None,
+        position: PositionKind::Rope,
+        moe: None,
+    }
+}
+
+#[test]
+fn llama405b_on_sixteen_interleaved_stages() {
+    let mut spec = spec(llama405b(), 256, 2048);
+    spec.train.seq_len = 8192;
+    spec.train.flash_attention = true;
+    let model = CostModel::new(&spec).unwrap();
+    let mut s = strategy(16, 8, 16, 1);
+    s.interleave = 4;
+    s.sequence_parallel = true;
+    s.zero = 1;
+    s.recompute = Recompute::Full;
+    let est = model.estimate(&s).unwrap();
+    let layers: Vec<u64> = est.stages.iter().map(|st| st.layers).collect();
+    assert_eq!(layers.iter().sum::<u64>(), 126);
+    assert_eq!(layers.len(), 16);
+    // 64 chunks of 1–2 layers: the end devices hold the fewest.
+    assert!(layers[0] <= layers[1] && layers[15] <= layers[14]);
+    assert!(est.mfu > 0.2 && est.mfu < 0.7, "mfu {}", est.mfu);
+    assert!(est.time.bubble > 0.0);
+}
+
+#[test]
+fn mixture_of_experts_with_expert_parallelism() {
+    let mut model = llama405b();
+    model.name = "mixtral".into();
+    model.layers = 32;
+    model.hidden = 4096;
+    model.heads = 32;
+    model.head_dim = 128;
+    model.ffn_hidden = 14336;
+    model.vocab = 32000;
+    model.moe = Some(tessel_grammar::MoeSpec {
+        experts: 8,
+        top_k: 2,
+        every: 1,
+        expert_ffn_hidden: 14336,
+        shared_experts: 0,
+        capacity_factor: 1.0,
+        first_dense: 0,
+    });
+    let mut spec = spec(model, 8, 256);
+    spec.train.seq_len = 4096;
+    spec.train.flash_attention = true;
+    let cost = CostModel::new(&spec).unwrap();
+    let mut s = strategy(16, 2, 2, 1);
+    s.ep = 8;
+    s.zero = 1;
+    s.sequence_parallel = true;
+    let with_ep = cost.estimate(&s).unwrap();
+    assert!(with_ep.time.ep_comm > 0.0);
+    s.ep = 1;
+    let without = cost.estimate(&s).unwrap();
+    assert_eq!(without.time.ep_comm, 0.0);
+    // Expert parallelism shards the experts: less weight memory per GPU.
+    assert!(with_ep.stages[0].memory.weights < without.stages[0].memory.weights / 2.0);
+    s.ep = 3;
+    assert!(cost.estimate(&s).is_err());
+}
+
+#[test]
+fn cost_model_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CostModel>();
+}
+
+#[test]
+fn huge_degrees_are_rejected_without_overflow() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let mut s = strategy(u64::MAX, u64::MAX, u64::MAX, u64::MAX);
+    s.interleave = u64::MAX;
+    s.ep = u64::MAX;
+    assert!(model.estimate(&s).is_err());
+    assert_eq!(
+        tessel_symbolic::cost::spread_layers(10, u64::MAX, 2).len() as u64,
+        10
+    );
+}

@@ -6,13 +6,15 @@ use tessel_grammar::{Recompute, Spec, Strategy};
 use super::CostError;
 
 /// Layers of each pipeline device (all its chunks together) when `layers` blocks are spread
-/// over `pp · interleave` chunks, chunk `j` living on device `j mod pp`.
+/// over `pp · interleave` chunks, chunk `j` living on device `j mod pp`. (More chunks than
+/// layers is an invalid strategy; the count is capped at `layers` so that no input allocates
+/// without bound.)
 ///
 /// Chunks get `layers / chunks` blocks each; the remainder goes one block at a time to the
 /// middle chunks first (the first and last chunk also hold the embedding and the logits, so
 /// they get fewer when the split is uneven), and only then to the end chunks.
 pub fn spread_layers(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
-    let chunks = (pp * interleave).max(1);
+    let chunks = pp.saturating_mul(interleave).clamp(1, layers.max(1));
     let mut per_chunk = vec![layers / chunks; chunks as usize];
     let mut remainder = layers % chunks;
     let middle: Vec<usize> = (1..chunks.saturating_sub(1) as usize).collect();
@@ -33,7 +35,8 @@ pub fn spread_layers(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
 
 /// Sums chunk layer counts onto their devices (chunk `j` on device `j mod pp`).
 pub fn chunk_layers_to_devices(per_chunk: &[u64], pp: u64) -> Vec<u64> {
-    let pp = pp.max(1) as usize;
+    // Never more devices than chunks (a valid strategy has pp ≤ chunks).
+    let pp = (pp.max(1)).min(per_chunk.len().max(1) as u64) as usize;
     let mut devices = vec![0u64; pp];
     for (j, layers) in per_chunk.iter().enumerate() {
         devices[j % pp] += layers;
@@ -52,7 +55,10 @@ pub fn stage_layers(spec: &Spec, strategy: &Strategy) -> Vec<u64> {
 
 /// Micro-batches per step: `global_batch / (dp · microbatch)`.
 pub fn microbatches(spec: &Spec, strategy: &Strategy) -> u64 {
-    let per_step = strategy.dp.max(1) * strategy.microbatch.max(1);
+    let per_step = strategy
+        .dp
+        .max(1)
+        .saturating_mul(strategy.microbatch.max(1));
     spec.train.global_batch / per_step
 }
 
@@ -139,11 +145,11 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
         }
         _ => {}
     }
-    if !(strategy.dp * strategy.cp).is_multiple_of(strategy.ep) {
+    let data_ranks = strategy.dp.saturating_mul(strategy.cp);
+    if !data_ranks.is_multiple_of(strategy.ep) {
         return fail(format!(
-            "ep = {} must divide dp·cp = {}",
-            strategy.ep,
-            strategy.dp * strategy.cp
+            "ep = {} must divide dp·cp = {data_ranks}",
+            strategy.ep
         ));
     }
     let offload = &strategy.offload;

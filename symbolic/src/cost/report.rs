@@ -203,3 +203,18 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::round6;
+
+    #[test]
+    fn six_significant_digits() {
+        assert_eq!(round6(0.000123456789), 0.000123457);
+        assert_eq!(round6(123456789.0), 123457000.0);
+        assert_eq!(round6(1.0 / 3.0), 0.333333);
+        assert_eq!(round6(-2.5e-7), -2.5e-7);
+        assert_eq!(round6(f64::NAN), 0.0);
+        assert_eq!(round6(0.0), 0.0);
+    }
+}
