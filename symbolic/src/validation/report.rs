@@ -59,17 +59,29 @@ pub fn render_validation_markdown(
             ErrorStats::of(picked.filter_map(|o| o.memory_error)),
         )
     };
-    for (label, fit) in [("all fit sources", true), ("all evaluation sources", false)] {
-        let (throughput, memory) = group(fit);
+    let everything = (
+        ErrorStats::of(outcomes.iter().filter_map(|o| o.throughput_error)),
+        ErrorStats::of(outcomes.iter().filter_map(|o| o.memory_error)),
+    );
+    for (label, (throughput, memory)) in [
+        ("all fit sources", group(true)),
+        ("all evaluation sources", group(false)),
+        ("all sources", everything),
+    ] {
+        let cell = |s: &ErrorStats| {
+            if s.count == 0 {
+                "– | –".to_string()
+            } else {
+                format!("{} | {}", pct(s.mean), pct(s.max))
+            }
+        };
         let _ = writeln!(
             out,
-            "| **{label}** | | | {} | {} | {} | {} | {} | {} |",
+            "| **{label}** | | | {} | {} | {} | {} |",
             throughput.count,
-            pct(throughput.mean),
-            pct(throughput.max),
+            cell(&throughput),
             memory.count,
-            pct(memory.mean),
-            pct(memory.max)
+            cell(&memory)
         );
     }
 
