@@ -508,3 +508,30 @@ fn huge_degrees_are_rejected_without_overflow() {
         10
     );
 }
+
+#[test]
+fn named_intermediates_evaluate_like_the_inlined_expressions() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let (slots, inlined) = model.stage_cost_exprs();
+    assert_eq!(slots.len(), tessel_symbolic::cost::Slot::ALL.len());
+    for (zero, recompute, stage) in [
+        (0, Recompute::Full, 0),
+        (1, Recompute::Selective, 3),
+        (3, Recompute::Partial { full_layers: 2 }, 7),
+    ] {
+        let mut s = strategy(1, 8, 8, 1);
+        s.zero = zero;
+        s.interleave = 2;
+        let values = tessel_symbolic::cost::slot_values(&s, 64, stage, 12, recompute, s.offload);
+        let env = |symbol: &tessel_symbolic::Symbol| {
+            let index = slots.iter().position(|slot| slot == symbol).unwrap();
+            values[index]
+        };
+        let direct: Vec<f64> = inlined.iter().map(|expr| expr.eval(&env)).collect();
+        let staged = model.stage_outputs(&s, stage, 12, recompute, s.offload);
+        for (a, b) in direct.iter().zip(&staged) {
+            assert!(close(*a, *b, 1e-12), "{a} vs {b}");
+        }
+    }
+}

@@ -15,7 +15,8 @@ use crate::Expr;
 /// reduce-scatter and an all-gather for each, the same bytes on the wire.
 pub(crate) fn tp_layer_one_way(ctx: &Ctx) -> Expr {
     let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
-    k(2.0) * ctx.all_reduce(bytes, ctx.t.clone(), k(1.0)) * (1.0 - ctx.cal.tp_overlap)
+    let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
+    k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
 }
 
 /// Seconds of the context-parallel ring of one layer's forward: each GPU passes its keys and
@@ -62,20 +63,19 @@ pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
 /// the embedding gradients between the first and last device.
 pub(crate) fn dp_step(ctx: &Ctx) -> Expr {
     let params = stage_params(ctx);
-    let n = ctx.d.clone() * ctx.c.clone();
-    let stride = ctx.t.clone();
+    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
     let (z1, _, z3) = ctx.zero_flags();
     let grad_bytes = params.clone() * ctx.bytes.gradient;
-    let all_reduce = ctx.all_reduce(grad_bytes.clone(), n.clone(), stride.clone());
-    let sharded = ctx.gather(grad_bytes, n.clone(), stride.clone())
-        + ctx.gather(params * ctx.bytes.weight, n, stride);
+    let all_reduce = ctx.all_reduce(grad_bytes.clone(), &ring);
+    let sharded = ctx.gather(grad_bytes, &ring) + ctx.gather(params * ctx.bytes.weight, &ring);
     let zero_traffic = (k(1.0) - z1.clone()) * all_reduce + (z1 - z3.clone()) * sharded;
     let tied = if ctx.tied {
         let bytes = k(ctx.vocab * ctx.hidden * ctx.bytes.gradient) / ctx.t.clone();
         let ends = ctx.is_first() + ctx.is_last();
         let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
         let stride = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * (ctx.p.clone() - 1.0);
-        Expr::min([ends, k(1.0)]) * pipelined * ctx.all_reduce(bytes, k(2.0), stride)
+        let ring = ctx.ring("tied", k(2.0), stride);
+        Expr::min([ends, k(1.0)]) * pipelined * ctx.all_reduce(bytes, &ring)
     } else {
         k(0.0)
     };
@@ -86,10 +86,9 @@ pub(crate) fn dp_step(ctx: &Ctx) -> Expr {
 /// forward and again for backward, reduce-scatter the gradients.
 pub(crate) fn zero3_microbatch(ctx: &Ctx) -> Expr {
     let params = stage_params(ctx);
-    let n = ctx.d.clone() * ctx.c.clone();
-    let stride = ctx.t.clone();
+    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
     let (_, _, z3) = ctx.zero_flags();
-    let gathers = k(2.0) * ctx.gather(params.clone() * ctx.bytes.weight, n.clone(), stride.clone());
-    let reduce = ctx.gather(params * ctx.bytes.gradient, n, stride);
+    let gathers = k(2.0) * ctx.gather(params.clone() * ctx.bytes.weight, &ring);
+    let reduce = ctx.gather(params * ctx.bytes.gradient, &ring);
     z3 * (gathers + reduce)
 }

@@ -147,12 +147,12 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let elementwise_bwd = ctx.memory_bound(Expr::sum([replicated_bwd, sharded_bwd, rotary, casts]));
 
     LayerTimes {
-        attention_gemm_fwd,
-        attention_core_fwd,
-        attention_core_bwd,
-        mlp_gemm_fwd,
-        elementwise_fwd,
-        elementwise_bwd,
+        attention_gemm_fwd: ctx.bind(attention_gemm_fwd),
+        attention_core_fwd: ctx.bind(attention_core_fwd),
+        attention_core_bwd: ctx.bind(attention_core_bwd),
+        mlp_gemm_fwd: ctx.bind(mlp_gemm_fwd),
+        elementwise_fwd: ctx.bind(elementwise_fwd),
+        elementwise_bwd: ctx.bind(elementwise_bwd),
     }
 }
 

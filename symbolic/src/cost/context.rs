@@ -4,9 +4,12 @@
 
 use tessel_grammar::{MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec};
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
 use super::calibration::{Calibration, KernelEfficiency};
 use super::slots::Slot;
-use crate::Expr;
+use crate::{Expr, Symbol};
 
 pub(crate) fn k(value: f64) -> Expr {
     Expr::Const(value)
@@ -15,6 +18,13 @@ pub(crate) fn k(value: f64) -> Expr {
 /// 1 when the integer-valued `x` exceeds `threshold`, else 0.
 pub(crate) fn above(x: Expr, threshold: f64) -> Expr {
     Expr::min([Expr::max([x - threshold, k(0.0)]), k(1.0)])
+}
+
+/// A ring group: its size and its link's seconds per byte and per step.
+pub(crate) struct Ring {
+    pub n: Expr,
+    pub per_byte: Expr,
+    pub latency: Expr,
 }
 
 /// The mixture-of-experts numbers of a model.
@@ -95,6 +105,10 @@ pub(crate) struct Ctx {
     pub hbm_bandwidth: f64,
     pub efficiency: KernelEfficiency,
     pub cal: Calibration,
+    /// Named intermediate expressions (`$0`, `$1`, ...), each over the slots and earlier
+    /// intermediates: shared sub-expressions are evaluated once.
+    bindings: RefCell<Vec<Expr>>,
+    shared: RefCell<BTreeMap<&'static str, Expr>>,
     pub gpus_per_node: f64,
     pub intra_bandwidth: f64,
     pub inter_bandwidth: f64,
@@ -210,6 +224,8 @@ impl Ctx {
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
             efficiency,
             cal,
+            bindings: RefCell::new(Vec::new()),
+            shared: RefCell::new(BTreeMap::new()),
             gpus_per_node: cluster.gpus_per_node as f64,
             intra_bandwidth: cluster.intra_node.bandwidth * cal.intra_node_comm_efficiency,
             inter_bandwidth: cluster.inter_node.bandwidth * cal.inter_node_comm_efficiency,
@@ -217,6 +233,29 @@ impl Ctx {
             inter_latency: cluster.inter_node.latency,
             host_link: cluster.host_link,
         }
+    }
+
+    /// Names `expr` as the next intermediate and returns its symbol.
+    pub fn bind(&self, expr: Expr) -> Expr {
+        let mut bindings = self.bindings.borrow_mut();
+        let symbol = Symbol::new(&format!("${}", bindings.len()));
+        bindings.push(expr);
+        Expr::Sym(symbol)
+    }
+
+    /// The intermediate named `key`, built by `make` the first time it is asked for.
+    pub fn shared(&self, key: &'static str, make: impl FnOnce() -> Expr) -> Expr {
+        if let Some(expr) = self.shared.borrow().get(key) {
+            return expr.clone();
+        }
+        let bound = self.bind(make());
+        self.shared.borrow_mut().insert(key, bound.clone());
+        bound
+    }
+
+    /// The intermediates in binding order.
+    pub fn take_bindings(&self) -> Vec<Expr> {
+        self.bindings.take()
     }
 
     /// Sequence positions each GPU holds: `s / c`.
@@ -302,19 +341,40 @@ impl Ctx {
         (per_byte, latency)
     }
 
-    /// Ring all-reduce of `bytes` over `n` ranks `stride` apart: `2(n−1)/n` of the buffer per
-    /// GPU plus `2(n−1)` latency steps.
-    pub fn all_reduce(&self, bytes: Expr, n: Expr, stride: Expr) -> Expr {
+    /// The link of a ring group, named once per `key` so that every collective on the same
+    /// group shares it.
+    pub fn ring(&self, key: &'static str, n: Expr, stride: Expr) -> Ring {
+        let per_byte_key: &'static str = match key {
+            "tp" => "tp.per_byte",
+            "dp" => "dp.per_byte",
+            _ => "tied.per_byte",
+        };
+        let latency_key: &'static str = match key {
+            "tp" => "tp.latency",
+            "dp" => "dp.latency",
+            _ => "tied.latency",
+        };
         let (per_byte, latency) = self.ring_link(n.clone(), stride);
-        let steps = n.clone() - 1.0;
-        k(2.0) * steps.clone() / n * bytes * per_byte + k(2.0) * steps * latency
+        Ring {
+            n,
+            per_byte: self.shared(per_byte_key, || per_byte),
+            latency: self.shared(latency_key, || latency),
+        }
+    }
+
+    /// Ring all-reduce of `bytes`: `2(n−1)/n` of the buffer per GPU plus `2(n−1)` latency
+    /// steps.
+    pub fn all_reduce(&self, bytes: Expr, ring: &Ring) -> Expr {
+        let steps = ring.n.clone() - 1.0;
+        k(2.0) * steps.clone() / ring.n.clone() * bytes * ring.per_byte.clone()
+            + k(2.0) * steps * ring.latency.clone()
     }
 
     /// Ring all-gather or reduce-scatter: `(n−1)/n` of the (full) buffer plus `n−1` steps.
-    pub fn gather(&self, bytes: Expr, n: Expr, stride: Expr) -> Expr {
-        let (per_byte, latency) = self.ring_link(n.clone(), stride);
-        let steps = n.clone() - 1.0;
-        steps.clone() / n * bytes * per_byte + steps * latency
+    pub fn gather(&self, bytes: Expr, ring: &Ring) -> Expr {
+        let steps = ring.n.clone() - 1.0;
+        steps.clone() / ring.n.clone() * bytes * ring.per_byte.clone()
+            + steps * ring.latency.clone()
     }
 
     /// All-to-all of `bytes` per GPU over `n` ranks `stride` apart: `(n−1)/n` leaves the GPU.

@@ -33,6 +33,12 @@ use crate::Expr;
 /// Bytes of activations one layer keeps for one micro-batch, without recompute; the second
 /// value is the part selective recompute drops.
 pub(crate) fn layer_activations(ctx: &Ctx) -> (Expr, Expr) {
+    let layer = ctx.shared("layer_activations", || layer_activations_expr(ctx).0);
+    let droppable = ctx.shared("droppable_activations", || layer_activations_expr(ctx).1);
+    (layer, droppable)
+}
+
+fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
     let t = ctx.t.clone();
     let b = ctx.b.clone();
     let s_local = ctx.local_seq();
@@ -129,10 +135,12 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
         / ctx.t.clone();
     let gathered = z3 * layer_params(ctx) * (2.0 * bytes.weight + bytes.gradient);
 
-    let weights = (k(1.0) - ctx.off_w.clone()) * weights;
-    let gradients = (k(1.0) - ctx.off_g.clone()) * gradients;
-    let optimizer = (k(1.0) - ctx.off_opt.clone()) * optimizer;
-    let activations = (k(1.0) - ctx.off_act.clone()) * activations;
+    let weights = ctx.bind((k(1.0) - ctx.off_w.clone()) * weights);
+    let gradients = ctx.bind((k(1.0) - ctx.off_g.clone()) * gradients);
+    let optimizer = ctx.bind((k(1.0) - ctx.off_opt.clone()) * optimizer);
+    let activations = ctx.bind((k(1.0) - ctx.off_act.clone()) * activations);
+    let logits = ctx.bind(logits);
+    let gathered = ctx.bind(gathered);
     let allocated = Expr::sum([
         weights.clone(),
         gradients.clone(),

@@ -22,5 +22,5 @@ pub use model::CostModel;
 pub use overrides::StrategyOverrides;
 pub use report::{estimate_json, render_estimate_json, render_estimate_table, round6};
 pub use slots::{slot_values, Output, Slot};
-pub use stage_exprs::stage_cost_exprs;
+pub use stage_exprs::{stage_cost_exprs, StagedExprs};
 pub use types::*;

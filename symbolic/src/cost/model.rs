@@ -6,7 +6,7 @@ use tessel_grammar::{Offload, Precision, Recompute, Spec, Strategy};
 use super::calibration::{Calibration, KernelEfficiency};
 use super::layout::{microbatches, stage_layers, validate_strategy};
 use super::slots::{slot_values, Output, Slot};
-use super::stage_exprs::stage_cost_exprs;
+use super::stage_exprs::StagedExprs;
 use super::{
     CostError, Estimate, MemoryBreakdown, PipelineShape, StageCost, StageEstimate, TimeBreakdown,
 };
@@ -20,8 +20,7 @@ pub struct CostModel {
     spec: Spec,
     calibration: Calibration,
     efficiency: KernelEfficiency,
-    slots: Vec<Symbol>,
-    outputs: Vec<Expr>,
+    staged: StagedExprs,
 }
 
 impl CostModel {
@@ -45,13 +44,11 @@ impl CostModel {
         efficiency: KernelEfficiency,
     ) -> Result<CostModel, CostError> {
         validate_spec(spec)?;
-        let (slots, outputs) = stage_cost_exprs(spec, efficiency, calibration);
         Ok(CostModel {
             spec: spec.clone(),
             calibration,
             efficiency,
-            slots,
-            outputs,
+            staged: StagedExprs::new(spec, efficiency, calibration),
         })
     }
 
@@ -67,9 +64,16 @@ impl CostModel {
         &self.efficiency
     }
 
-    /// The slot symbols and output expressions (see [`Slot`] and [`Output`]), for compiling.
+    /// The slot symbols and output expressions over the slots only (see [`Slot`] and
+    /// [`Output`]), for compiling.
     pub fn stage_cost_exprs(&self) -> (Vec<Symbol>, Vec<Expr>) {
-        (self.slots.clone(), self.outputs.clone())
+        let slots = Slot::ALL.iter().map(|slot| slot.symbol()).collect();
+        (slots, self.staged.inlined())
+    }
+
+    /// The same outputs with shared sub-expressions named (what `stage_cost` evaluates).
+    pub fn staged_exprs(&self) -> &StagedExprs {
+        &self.staged
     }
 
     /// Bytes per GPU a plan may use: the GPU's memory times the search's memory limit.
@@ -105,9 +109,7 @@ impl CostModel {
     ) -> Vec<f64> {
         let m = microbatches(&self.spec, strategy).max(1);
         let values = slot_values(strategy, m, stage, layers, recompute, offload);
-        let env =
-            |symbol: &Symbol| Slot::index_of(symbol.name()).map_or(f64::NAN, |index| values[index]);
-        self.outputs.iter().map(|expr| expr.eval(&env)).collect()
+        self.staged.eval(&values)
     }
 
     /// What one pipeline device costs for one choice of layers, recompute and offload.

@@ -7,6 +7,10 @@ use crate::Expr;
 
 /// Parameters of one (average) layer on one GPU.
 pub(crate) fn layer_params(ctx: &Ctx) -> Expr {
+    ctx.shared("layer_params", || layer_params_expr(ctx))
+}
+
+fn layer_params_expr(ctx: &Ctx) -> Expr {
     let t = ctx.t.clone();
     let h = ctx.hidden;
     let attention = 2.0 * h * ctx.q_dim + 2.0 * h * ctx.kv_dim;
@@ -58,7 +62,9 @@ pub(crate) fn head_params(ctx: &Ctx) -> Expr {
 
 /// Parameters one GPU of this pipeline device holds.
 pub(crate) fn stage_params(ctx: &Ctx) -> Expr {
-    ctx.layers.clone() * layer_params(ctx)
-        + ctx.is_first() * embedding_params(ctx)
-        + ctx.is_last() * head_params(ctx)
+    ctx.shared("stage_params", || {
+        ctx.layers.clone() * layer_params(ctx)
+            + ctx.is_first() * embedding_params(ctx)
+            + ctx.is_last() * head_params(ctx)
+    })
 }

@@ -15,28 +15,118 @@ use crate::{Expr, Symbol};
 use tessel_grammar::Spec;
 
 /// The slot symbols (in [`Slot::ALL`] order) and one expression per [`Output`] (in
-/// [`Output::ALL`] order).
+/// [`Output::ALL`] order), each over the slots only.
 pub fn stage_cost_exprs(
     spec: &Spec,
     efficiency: KernelEfficiency,
     cal: Calibration,
 ) -> (Vec<Symbol>, Vec<Expr>) {
-    let ctx = Ctx::new(spec, efficiency, cal);
+    let staged = StagedExprs::new(spec, efficiency, cal);
     let slots = Slot::ALL.iter().map(|s| s.symbol()).collect();
-    (slots, build(&ctx))
+    (slots, staged.inlined())
+}
+
+/// The stage-cost expressions with their shared sub-expressions named: `bindings[k]` is the
+/// intermediate `$k`, over the slots and `$0 … $k−1`; the outputs refer to both. Evaluating
+/// each binding once is what makes tree evaluation affordable.
+#[derive(Clone, Debug)]
+pub struct StagedExprs {
+    pub bindings: Vec<Expr>,
+    pub outputs: Vec<Expr>,
+}
+
+impl StagedExprs {
+    pub fn new(spec: &Spec, efficiency: KernelEfficiency, cal: Calibration) -> StagedExprs {
+        let ctx = Ctx::new(spec, efficiency, cal);
+        let outputs = build(&ctx);
+        StagedExprs {
+            bindings: ctx.take_bindings(),
+            outputs,
+        }
+    }
+
+    /// Evaluates every output from the slot values (in [`Slot::ALL`] order).
+    pub fn eval(&self, slots: &[f64]) -> Vec<f64> {
+        let mut bound = Vec::with_capacity(self.bindings.len());
+        for binding in &self.bindings {
+            let value = binding.eval(&|symbol: &Symbol| lookup(symbol, slots, &bound));
+            bound.push(value);
+        }
+        let env = |symbol: &Symbol| lookup(symbol, slots, &bound);
+        self.outputs.iter().map(|expr| expr.eval(&env)).collect()
+    }
+
+    /// The outputs with every intermediate substituted: expressions over the slots only.
+    pub fn inlined(&self) -> Vec<Expr> {
+        let mut expanded: Vec<Expr> = Vec::with_capacity(self.bindings.len());
+        for binding in &self.bindings {
+            let inlined = substitute(binding, &expanded);
+            expanded.push(inlined);
+        }
+        self.outputs
+            .iter()
+            .map(|expr| substitute(expr, &expanded))
+            .collect()
+    }
+}
+
+/// The value of a slot or of an already evaluated intermediate; NaN for anything else.
+fn lookup(symbol: &Symbol, slots: &[f64], bound: &[f64]) -> f64 {
+    let name = symbol.name();
+    let index = match name.strip_prefix('$') {
+        Some(number) => {
+            return number
+                .parse::<usize>()
+                .ok()
+                .and_then(|k| bound.get(k))
+                .copied()
+                .unwrap_or(f64::NAN)
+        }
+        None => Slot::index_of(name),
+    };
+    index
+        .and_then(|k| slots.get(k))
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
+/// Replaces every intermediate symbol `$k` in `expr` by `expanded[k]`.
+fn substitute(expr: &Expr, expanded: &[Expr]) -> Expr {
+    let all = |items: &[Expr]| items.iter().map(|e| substitute(e, expanded)).collect();
+    match expr {
+        Expr::Const(_) => expr.clone(),
+        Expr::Sym(symbol) => symbol
+            .name()
+            .strip_prefix('$')
+            .and_then(|number| number.parse::<usize>().ok())
+            .and_then(|k| expanded.get(k))
+            .cloned()
+            .unwrap_or_else(|| expr.clone()),
+        Expr::Sum(items) => Expr::Sum(all(items)),
+        Expr::Product(items) => Expr::Product(all(items)),
+        Expr::Max(items) => Expr::Max(all(items)),
+        Expr::Min(items) => Expr::Min(all(items)),
+        Expr::Div(a, b) => Expr::Div(
+            Box::new(substitute(a, expanded)),
+            Box::new(substitute(b, expanded)),
+        ),
+        Expr::Ceil(a) => Expr::Ceil(Box::new(substitute(a, expanded))),
+    }
 }
 
 fn build(ctx: &Ctx) -> Vec<Expr> {
     let layer = layer_times(ctx);
-    let forward = layer.forward(ctx);
-    let backward = layer.backward(ctx);
+    let forward = ctx.bind(layer.forward(ctx));
+    let backward = ctx.bind(layer.backward(ctx));
     let layers = ctx.layers.clone();
     let full = ctx.full.clone();
     let partial = layers.clone() - full.clone();
 
-    let compute = layers.clone() * (forward.clone() + backward.clone())
-        + ctx.is_first() * embedding_time(ctx)
-        + ctx.is_last() * head_time(ctx);
+    let compute = ctx.bind(
+        layers.clone() * (forward.clone() + backward.clone())
+            + ctx.is_first() * embedding_time(ctx)
+            + ctx.is_last() * head_time(ctx),
+    );
 
     let tp_one_way = tp_layer_one_way(ctx);
     let ep_one_way = ep_layer_one_way(ctx);
@@ -58,7 +148,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let cp = layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full * cp_fwd_exposed;
     let pp = pp_microbatch(ctx);
 
-    let busy = compute.clone() + recompute.clone();
+    let busy = ctx.bind(compute.clone() + recompute.clone());
     let zero3 = Expr::max([
         zero3_microbatch(ctx) - busy.clone() * ctx.cal.zero3_overlap,
         k(0.0),
