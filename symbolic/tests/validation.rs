@@ -70,8 +70,8 @@ fn per_source_errors_stay_within_achieved_bounds() {
         (Source::Nemo, 0.05, 0.10),
         (Source::Bloom, 0.20, 0.39),
         (Source::MptHopper, 0.25, 0.55),
-        (Source::MptAmpere, 0.19, 0.54),
-        (Source::Torchtitan, 0.39, 1.20),
+        (Source::MptAmpere, 0.08, 0.50),
+        (Source::Torchtitan, 0.36, 1.20),
         (Source::Mist, 0.13, 0.16),
     ];
     for (source, mean, max) in throughput_bounds {

@@ -4,7 +4,8 @@
 //! The throughput parameters below were fitted offline by a coordinate search (`cargo run
 //! --release -p tessel-symbolic --example calibrate`) over the *fit* sources of the published
 //! runs only (Korthikanti et al. Table 5, the Megatron-LM README, the NeMo / Megatron-Bridge
-//! summaries); every other source is evaluation only. The memory overheads (CUDA context,
+//! summaries; the Ampere flash-attention efficiency alone on MPT's A100 rows, as no Megatron
+//! source uses flash attention on Ampere); every other source is evaluation only. The memory overheads (CUDA context,
 //! NCCL buffers, fragmentation, logits bytes) are typical values, not fitted: fitting them to
 //! BLOOM's DeepSpeed runs inflated them until configurations that demonstrably ran were
 //! predicted not to fit. See `docs/VALIDATION.md`.
@@ -74,7 +75,7 @@ impl KernelEfficiency {
                 matmul: 0.789,
                 matmul_half_dim: 132.9,
                 fp8_matmul: 0.6,
-                attention: 0.55,
+                attention: 0.297,
                 memory: 0.605,
             },
             GpuGeneration::Ada => KernelEfficiency {

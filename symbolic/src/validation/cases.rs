@@ -78,9 +78,16 @@ impl Source {
     pub fn role(self) -> &'static str {
         if self.is_throughput_fit() {
             "fit (throughput)"
+        } else if self == Source::MptAmpere {
+            "fit (Ampere flash-attention efficiency only)"
         } else {
             "evaluation"
         }
+    }
+
+    /// Whether any calibrated parameter was fitted on this source.
+    pub fn is_fit(self) -> bool {
+        self.is_throughput_fit() || self == Source::MptAmpere
     }
 }
 

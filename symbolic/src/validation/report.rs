@@ -51,9 +51,7 @@ pub fn render_validation_markdown(
         );
     }
     let group = |fit: bool| {
-        let picked = outcomes
-            .iter()
-            .filter(move |o| o.source.is_throughput_fit() == fit);
+        let picked = outcomes.iter().filter(move |o| o.source.is_fit() == fit);
         (
             ErrorStats::of(picked.clone().filter_map(|o| o.throughput_error)),
             ErrorStats::of(picked.filter_map(|o| o.memory_error)),
