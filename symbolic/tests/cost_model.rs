@@ -535,3 +535,44 @@ fn named_intermediates_evaluate_like_the_inlined_expressions() {
         }
     }
 }
+
+/// Per-layer activation bytes held by pipeline device `stage` (the in-flight micro-batches
+/// times one layer's activations).
+fn held_per_layer(model: &CostModel, s: &Strategy, stage: u64) -> f64 {
+    let one = model.stage_cost(s, stage, 1, s.recompute, Offload::default());
+    let two = model.stage_cost(s, stage, 2, s.recompute, Offload::default());
+    two.memory.activations - one.memory.activations
+}
+
+#[test]
+fn in_flight_micro_batches_under_1f1b_and_interleaving() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::with_calibration(&spec, bare()).unwrap();
+    let plain = strategy(1, 8, 8, 1);
+    let first = held_per_layer(&model, &plain, 0);
+    // Stage i of p holds min(p − i, m) micro-batches.
+    assert!(close(
+        held_per_layer(&model, &plain, 3),
+        first * 5.0 / 8.0,
+        1e-12
+    ));
+    assert!(close(held_per_layer(&model, &plain, 7), first / 8.0, 1e-12));
+    // Interleaving multiplies the first stage's by 1 + (p − 1)/(p·v) (Korthikanti et al.).
+    let mut interleaved = plain.clone();
+    interleaved.interleave = 3;
+    let factor = 1.0 + 7.0 / (8.0 * 3.0);
+    assert!(close(
+        held_per_layer(&model, &interleaved, 0),
+        first * factor,
+        1e-12
+    ));
+    // Fewer micro-batches than stages cap what is in flight.
+    let few = spec_with_batch(4);
+    let model = CostModel::with_calibration(&few, bare()).unwrap();
+    let per_layer = held_per_layer(&model, &plain, 0);
+    assert!(close(per_layer, first * 4.0 / 8.0, 1e-12));
+}
+
+fn spec_with_batch(global_batch: u64) -> Spec {
+    spec(gpt(96, 12288, 96), 8, global_batch)
+}
