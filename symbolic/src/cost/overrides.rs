@@ -3,7 +3,7 @@
 use tessel_grammar::{Recompute, Strategy};
 
 /// Fields given on the command line replace the strategy's; `dp`, when not given, becomes
-/// the cluster's GPUs divided by `tp·pp·cp` (at least 1).
+/// the cluster's GPUs divided by the resulting `tp·pp·cp` (at least 1).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StrategyOverrides {
     pub dp: Option<u64>,
@@ -35,13 +35,9 @@ impl StrategyOverrides {
             .saturating_mul(strategy.pp)
             .saturating_mul(strategy.cp)
             .max(1);
-        strategy.dp = match self.dp {
-            Some(dp) => dp,
-            None if self.tp.is_some() || self.pp.is_some() || self.cp.is_some() => {
-                (cluster_gpus / model_parallel).max(1)
-            }
-            None => base.dp,
-        };
+        strategy.dp = self
+            .dp
+            .unwrap_or_else(|| (cluster_gpus / model_parallel).max(1));
         // Explicit per-stage layers no longer match a changed pipeline.
         if strategy.pp != base.pp || strategy.interleave != base.interleave {
             strategy.stages = None;
