@@ -5,10 +5,13 @@
 //! --release -p tessel-symbolic --example calibrate`) over the *fit* sources of the published
 //! runs only (Korthikanti et al. Table 5, the Megatron-LM README, the NeMo / Megatron-Bridge
 //! summaries; the Ampere flash-attention efficiency alone on MPT's A100 rows, as no Megatron
-//! source uses flash attention on Ampere); every other source is evaluation only. The memory overheads (CUDA context,
-//! NCCL buffers, fragmentation, logits bytes) are typical values, not fitted: fitting them to
-//! BLOOM's DeepSpeed runs inflated them until configurations that demonstrably ran were
-//! predicted not to fit. See `docs/VALIDATION.md`.
+//! source uses flash attention on Ampere); every other source is evaluation only. Fitted:
+//! Ampere and Volta `matmul`, `matmul_half_dim` and `memory`, Ampere `attention`, Hopper
+//! `fp8_matmul`, `attention` and `memory`, the two NCCL efficiencies, `dp_overlap`,
+//! `pp_exposed` and `layer_overhead_s`. Everything else is a prior. The memory overheads (CUDA
+//! context, NCCL buffers, fragmentation, logits bytes) are typical values, not fitted: fitting
+//! them to BLOOM's DeepSpeed runs inflated them until configurations that demonstrably ran
+//! were predicted not to fit. See `docs/VALIDATION.md`.
 
 use tessel_grammar::GpuSpec;
 
