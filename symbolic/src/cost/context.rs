@@ -276,12 +276,12 @@ impl Ctx {
 
     /// 1 for the first pipeline device.
     pub fn is_first(&self) -> Expr {
-        Expr::max([k(1.0) - self.stage.clone(), k(0.0)])
+        above(k(1.0) - self.stage.clone(), 0.0)
     }
 
     /// 1 for the last pipeline device.
     pub fn is_last(&self) -> Expr {
-        Expr::max([self.stage.clone() - self.p.clone() + 2.0, k(0.0)])
+        above(self.stage.clone() - self.p.clone() + 2.0, 0.0)
     }
 
     /// Indicators of the ZeRO stage: (≥ 1, ≥ 2, = 3).
