@@ -227,6 +227,14 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
             assumptions.push("micro-batch = global batch / dp (one micro-batch per step)".into());
             row.require("global_batch")? / dp.max(1)
         }
+        None if source == Source::MtNlg => {
+            assumptions.push(
+                "micro-batch 1, as in Korthikanti et al.'s configuration of the same 530B model \
+                 on the same cluster"
+                    .into(),
+            );
+            1
+        }
         None => return Err("micro-batch size not given".to_string()),
     };
     let global_batch = match row.count("global_batch") {
