@@ -130,18 +130,19 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
 
     let tp_one_way = tp_layer_one_way(ctx);
     let ep_one_way = ep_layer_one_way(ctx);
-    let cp_forward = cp_layer_forward(ctx);
-    let cp_fwd_exposed = Expr::max([
+    let cp_forward = ctx.bind(cp_layer_forward(ctx));
+    let cp_fwd_exposed = ctx.bind(Expr::max([
         cp_forward.clone() - layer.attention_core_fwd.clone(),
         k(0.0),
-    ]);
+    ]));
     let cp_bwd_exposed = Expr::max([
         k(2.0) * cp_forward - layer.attention_core_bwd.clone(),
         k(0.0),
     ]);
 
-    let recompute =
-        full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone();
+    let recompute = ctx.bind(
+        full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
+    );
     let passes = k(2.0) * layers.clone() + full.clone();
     let tp = passes.clone() * tp_one_way;
     let ep = passes * ep_one_way;
