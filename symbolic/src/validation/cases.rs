@@ -325,8 +325,15 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     let layers_per_stage = layers.div_ceil(pp.max(1));
     let recompute = if recompute_column.starts_with("full") {
         Recompute::Full
-    } else if recompute_column.starts_with("selective (layer)") {
-        // torchtitan's layer-level selective checkpointing wraps every second block.
+    } else if source == Source::Torchtitan && recompute_column.starts_with("selective") {
+        // torchtitan's selective checkpointing either wraps every second block ("layer") or,
+        // per operator ("op", its default), saves every second matmul output and recomputes
+        // the rest of the forward: both re-run about half of the forward and keep about half
+        // of the activations, which is full recompute of half the layers.
+        assumptions.push(
+            "torchtitan selective checkpointing (layer or op) = full recompute of half the layers"
+                .into(),
+        );
         Recompute::Partial {
             full_layers: layers_per_stage / 2,
         }
