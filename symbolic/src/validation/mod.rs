@@ -6,12 +6,14 @@ mod cases;
 mod csv;
 mod evaluate;
 mod hardware;
+mod ranking;
 mod report;
 
 pub use cases::{cases_from_records, Case, MemoryMeasure, Skipped, Source, Throughput};
 pub use csv::parse_csv;
 pub use evaluate::{evaluate, evaluate_case, per_source, EfficiencyFor, ErrorStats, Outcome};
 pub use hardware::{cluster_for, gpu_for};
+pub use ranking::{ranking_per_source, spearman, RankingStats};
 pub use report::render_validation_markdown;
 
 use std::path::{Path, PathBuf};

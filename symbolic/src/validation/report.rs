@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use super::cases::{Case, Skipped, Source, Throughput};
 use super::evaluate::{per_source, ErrorStats, Outcome};
+use super::ranking::ranking_per_source;
 
 fn pct(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
@@ -95,6 +96,26 @@ pub fn render_validation_markdown(
             cell(&throughput),
             memory.count,
             cell(&memory)
+        );
+    }
+
+    out.push_str("\n## Ranking of configurations\n\n");
+    out.push_str(
+        "Within each group of runs of the same model on the same GPUs with the same sequence \
+         length, global batch and precision (three runs or more), the Spearman correlation \
+         between predicted and measured throughput, and how often the predicted fastest \
+         configuration is the measured fastest.\n\n",
+    );
+    out.push_str("| source | groups | mean Spearman | predicted best = measured best |\n|---|---:|---:|---:|\n");
+    for (source, stats) in ranking_per_source(cases, outcomes) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {} of {} |",
+            source.label(),
+            stats.groups,
+            stats.mean_spearman,
+            stats.top1_hits,
+            stats.groups
         );
     }
 
