@@ -20,7 +20,7 @@ fn gpt(layers: u64, hidden: u64, heads: u64) -> ModelSpec {
         hidden,
         heads,
         kv_heads: heads,
-        head_dim: hidden / heads,
+        head_dim: hidden / heads.max(1),
         ffn_hidden: 4 * hidden,
         vocab: 51200,
         mlp: MlpKind::Gelu,
@@ -575,4 +575,101 @@ fn in_flight_micro_batches_under_1f1b_and_interleaving() {
 
 fn spec_with_batch(global_batch: u64) -> Spec {
     spec(gpt(96, 12288, 96), 8, global_batch)
+}
+
+/// A small deterministic generator (64-bit LCG) for input sweeps.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    fn pick(&mut self, choices: &[u64]) -> u64 {
+        choices[(self.next() as usize) % choices.len()]
+    }
+}
+
+#[test]
+fn arbitrary_inputs_never_panic() {
+    let mut rng = Lcg(7);
+    let degrees = [0, 1, 1, 1, 2, 2, 4, 8, 8, 16, u64::MAX];
+    let (mut models, mut estimates) = (0, 0);
+    for _ in 0..20_000 {
+        let heads = rng.pick(&[0, 1, 8, 8, 96, 96]);
+        let hidden = rng.pick(&[0, 1024, 12288, 12288]);
+        let mut model = gpt(rng.pick(&[0, 1, 2, 7, 96, 96]), hidden, heads);
+        if rng.pick(&[0, 1, 2, 3]) == 0 {
+            model.kv_heads = rng.pick(&[0, 1, 8]);
+            model.head_dim = rng.pick(&[0, 64, 128]);
+        }
+        if rng.pick(&[0, 1, 2]) == 0 {
+            model.moe = Some(tessel_grammar::MoeSpec {
+                experts: rng.pick(&[0, 1, 8, 8]),
+                top_k: rng.pick(&[0, 1, 2, 2, 9]),
+                every: rng.pick(&[0, 1, 1, 2]),
+                expert_ffn_hidden: rng.pick(&[0, 1024, 1024]),
+                shared_experts: rng.pick(&[0, 1]),
+                capacity_factor: [f64::NAN, 0.0, 1.25, 1.25][rng.pick(&[0, 1, 2, 3]) as usize],
+                first_dense: rng.pick(&[0, 0, 1, 200]),
+            });
+        }
+        let nodes = rng.pick(&[0, 1, 8, 8, 64]);
+        let mut spec = spec(model, nodes, rng.pick(&[0, 1, 64, 1536, 1536]));
+        spec.train.seq_len = rng.pick(&[0, 1, 2048, 2048, 2048]);
+        spec.train.flash_attention = rng.pick(&[0, 1]) == 1;
+        spec.search.memory_limit = [0.95, 0.95, f64::NAN, -1.0][rng.pick(&[0, 1, 2, 3]) as usize];
+        let Ok(cost) = CostModel::new(&spec) else {
+            continue;
+        };
+        models += 1;
+        let (tp, pp, cp) = (rng.pick(&degrees), rng.pick(&degrees), rng.pick(&degrees));
+        let gpus = spec.cluster.total_gpus();
+        let model_parallel = tp.saturating_mul(pp).saturating_mul(cp).max(1);
+        let dp = if rng.pick(&[0, 1, 2]) > 0 {
+            gpus / model_parallel
+        } else {
+            rng.pick(&degrees)
+        };
+        let mut s = strategy(dp, tp, pp, rng.pick(&[0, 1, 1, 2, 3]));
+        s.cp = cp;
+        s.ep = rng.pick(&[1, 1, 1, 2, 8, 0]);
+        s.interleave = rng.pick(&[1, 1, 1, 2, 3, 0, u64::MAX]);
+        s.sequence_parallel = rng.pick(&[0, 1]) == 1;
+        s.zero = rng.pick(&[0, 1, 2, 3, 4]) as u8;
+        s.recompute = [
+            Recompute::None,
+            Recompute::Selective,
+            Recompute::Full,
+            Recompute::Partial { full_layers: 3 },
+        ][rng.pick(&[0, 1, 2, 3]) as usize];
+        s.offload.weights = [0.0, 0.0, 0.5, 2.0, f64::NAN][rng.pick(&[0, 1, 2, 3, 4]) as usize];
+        if rng.pick(&[0, 1, 2, 3]) == 0 {
+            s.stages = Some(vec![rng.pick(&[0, 1, 48]); rng.pick(&[0, 1, 2]) as usize]);
+        }
+        if let Ok(est) = cost.estimate(&s) {
+            estimates += 1;
+            assert!(est.step_time_s.is_finite() && est.step_time_s > 0.0);
+            assert!(est.peak_memory_gib.is_finite() && est.peak_memory_gib > 0.0);
+            let _ = render_estimate_table(&spec, &s, &est);
+            let _ = render_estimate_json(&est);
+        }
+        let _ = cost.stage_cost(
+            &s,
+            rng.pick(&degrees),
+            rng.pick(&degrees),
+            s.recompute,
+            s.offload,
+        );
+        let _ = cost.pipeline_shape(&s);
+    }
+    // The sweep reaches valid models and valid strategies, not only rejections.
+    assert!(
+        models > 100 && estimates > 20,
+        "{models} models, {estimates} estimates"
+    );
 }
