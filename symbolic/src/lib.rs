@@ -2,5 +2,6 @@
 
 pub mod cost;
 mod expr;
+pub mod validation;
 
 pub use expr::{BatchScratch, CompileError, Expr, Program, Symbol};

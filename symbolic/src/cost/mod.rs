@@ -1,5 +1,26 @@
 //! The cost model: time and memory of a training step as expressions over the strategy.
 
+mod calibration;
+mod communication;
+mod compute;
+mod context;
+mod error;
+mod layout;
+mod memory;
+mod model;
+mod overrides;
+mod parameters;
+mod report;
+mod slots;
+mod stage_exprs;
 mod types;
 
+pub use calibration::{Calibration, GpuGeneration, KernelEfficiency};
+pub use error::CostError;
+pub use layout::{spread_layers, stage_layers, validate_strategy};
+pub use model::CostModel;
+pub use overrides::StrategyOverrides;
+pub use report::{estimate_json, render_estimate_json, render_estimate_table, round6};
+pub use slots::{slot_values, Output, Slot};
+pub use stage_exprs::{stage_cost_exprs, StagedExprs};
 pub use types::*;

@@ -1,0 +1,173 @@
+//! Calibratable parameters of the cost model: how far below peak each GPU generation runs, how
+//! much of a link's bandwidth collectives reach, what overlaps, and fixed memory overheads.
+//!
+//! The throughput parameters below were fitted offline by a coordinate search (`cargo run
+//! --release -p tessel-symbolic --example calibrate`) over the *fit* sources of the published
+//! runs only (Korthikanti et al. Table 5, the Megatron-LM README, the NeMo / Megatron-Bridge
+//! summaries; the Ampere flash-attention efficiency alone on MPT's A100 rows, as no Megatron
+//! source uses flash attention on Ampere); every other source is evaluation only. Fitted:
+//! Ampere and Volta `matmul`, `matmul_half_dim` and `memory`, Ampere `attention`, Hopper
+//! `fp8_matmul`, `attention` and `memory`, the two NCCL efficiencies, `dp_overlap`,
+//! `pp_exposed` and `layer_overhead_s`. Everything else is a prior. The memory overheads (CUDA
+//! context, NCCL buffers, fragmentation, logits bytes) are typical values, not fitted: fitting
+//! them to BLOOM's DeepSpeed runs inflated them until configurations that demonstrably ran
+//! were predicted not to fit. See `docs/VALIDATION.md`.
+
+use tessel_grammar::GpuSpec;
+
+/// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuGeneration {
+    Volta,
+    Ampere,
+    Ada,
+    Hopper,
+    Other,
+}
+
+impl GpuGeneration {
+    /// Recognises the generation from the GPU's name (catalog names such as `a100_80gb`,
+    /// `H100-SXM`, `V100`, `L4`).
+    pub fn from_name(name: &str) -> GpuGeneration {
+        let lower = name.to_ascii_lowercase();
+        let has = |needle: &str| lower.contains(needle);
+        if has("h100") || has("h200") || has("h800") || has("gh200") {
+            GpuGeneration::Hopper
+        } else if has("a100") || has("a800") || has("a10") || has("a30") || has("a40") {
+            GpuGeneration::Ampere
+        } else if has("v100") {
+            GpuGeneration::Volta
+        } else if has("l4") || has("l40") || has("4090") {
+            GpuGeneration::Ada
+        } else {
+            GpuGeneration::Other
+        }
+    }
+}
+
+/// Achievable fractions of peak for one GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KernelEfficiency {
+    /// Fraction of dense peak a large matmul reaches.
+    pub matmul: f64,
+    /// A GEMM whose smallest dimension is `n` runs at `matmul · n / (n + matmul_half_dim)`:
+    /// skinny GEMMs (small hidden sizes, tensor-parallel shards, per-head batched matmuls)
+    /// under-fill the tensor cores and waves.
+    pub matmul_half_dim: f64,
+    /// Fraction of the fp8 peak a large fp8 matmul reaches (scaling and casts keep it below
+    /// the bf16 fraction).
+    pub fp8_matmul: f64,
+    /// Fraction of the bf16/fp16 peak the fused (flash) attention kernel reaches.
+    pub attention: f64,
+    /// Fraction of HBM bandwidth memory-bound kernels reach.
+    pub memory: f64,
+}
+
+impl KernelEfficiency {
+    /// Defaults per generation, overridden by the spec's `GpuSpec.efficiency`.
+    pub fn for_gpu(gpu: &GpuSpec) -> KernelEfficiency {
+        let base = match GpuGeneration::from_name(&gpu.name) {
+            GpuGeneration::Volta => KernelEfficiency {
+                matmul: 0.857,
+                matmul_half_dim: 132.9,
+                fp8_matmul: 0.6,
+                attention: 0.40,
+                memory: 0.605,
+            },
+            GpuGeneration::Ampere => KernelEfficiency {
+                matmul: 0.789,
+                matmul_half_dim: 132.9,
+                fp8_matmul: 0.6,
+                attention: 0.297,
+                memory: 0.605,
+            },
+            GpuGeneration::Ada => KernelEfficiency {
+                matmul: 0.80,
+                matmul_half_dim: 110.0,
+                fp8_matmul: 0.6,
+                attention: 0.50,
+                memory: 0.70,
+            },
+            GpuGeneration::Hopper => KernelEfficiency {
+                matmul: 0.72,
+                matmul_half_dim: 160.0,
+                fp8_matmul: 0.687,
+                attention: 0.280,
+                memory: 0.50,
+            },
+            GpuGeneration::Other => KernelEfficiency {
+                matmul: 0.75,
+                matmul_half_dim: 128.0,
+                fp8_matmul: 0.6,
+                attention: 0.45,
+                memory: 0.65,
+            },
+        };
+        KernelEfficiency {
+            matmul: gpu.efficiency.matmul.unwrap_or(base.matmul),
+            attention: gpu.efficiency.attention.unwrap_or(base.attention),
+            memory: gpu.efficiency.memory.unwrap_or(base.memory),
+            ..base
+        }
+    }
+}
+
+/// Parameters that do not depend on the GPU generation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    /// Fraction of the intra-node link's bandwidth a ring collective reaches (NCCL bus
+    /// bandwidth over the link rate).
+    pub intra_node_comm_efficiency: f64,
+    /// The same for a collective that crosses nodes.
+    pub inter_node_comm_efficiency: f64,
+    /// Fraction of tensor-parallel communication hidden behind compute (0 for Megatron's
+    /// synchronous collectives).
+    pub tp_overlap: f64,
+    /// Fraction of one micro-batch's backward that data-parallel gradient reduction can hide
+    /// behind (bucketed reduction starts while the last backward runs).
+    pub dp_overlap: f64,
+    /// Fraction of a micro-batch's compute behind which ZeRO-3 gathers and reduce-scatters can
+    /// hide (prefetching one layer ahead).
+    pub zero3_overlap: f64,
+    /// Fraction of pipeline point-to-point time that stays exposed.
+    pub pp_exposed: f64,
+    /// Fraction of expert-parallel all-to-all time hidden behind compute.
+    pub ep_overlap: f64,
+    /// Fixed time per layer and micro-batch pass (kernel launches, synchronisation), seconds.
+    pub layer_overhead_s: f64,
+    /// Bytes of HBM the optimizer step touches per locally held parameter (Adam: read fp32
+    /// grad 4, read+write master 8, two moments 16, write the bf16 copy 2, clip/zero 4).
+    pub adam_bytes_per_param: f64,
+    /// The same for SGD with momentum.
+    pub sgd_bytes_per_param: f64,
+    /// CUDA context and framework allocations outside the caching allocator, bytes.
+    pub cuda_context_bytes: f64,
+    /// Communication buffers (NCCL channels, gradient buckets), bytes.
+    pub comm_buffer_bytes: f64,
+    /// Allocator fragmentation: reserved minus allocated, as a fraction of allocated bytes.
+    pub fragmentation: f64,
+    /// Bytes per logits element alive at the loss: the bf16 logits and the fp32 softmax kept
+    /// for backward.
+    pub logits_bytes_per_element: f64,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Calibration {
+            intra_node_comm_efficiency: 0.887,
+            inter_node_comm_efficiency: 0.90,
+            tp_overlap: 0.0,
+            dp_overlap: 0.0,
+            zero3_overlap: 0.85,
+            pp_exposed: 0.0,
+            ep_overlap: 0.0,
+            layer_overhead_s: 50e-6,
+            adam_bytes_per_param: 34.0,
+            sgd_bytes_per_param: 22.0,
+            cuda_context_bytes: 1.0 * 1024.0 * 1024.0 * 1024.0,
+            comm_buffer_bytes: 1.0e9,
+            fragmentation: 0.10,
+            logits_bytes_per_element: 6.0,
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Communication per GPU, as expressions, with placement deciding the link.
+//!
+//! Rank placement (Megatron's order): tensor parallel innermost (consecutive GPUs), then
+//! context parallel, then data parallel (expert parallel inside the data × context ranks),
+//! pipeline outermost. A group with `n` members and stride `k` spans `n·k` consecutive GPUs:
+//! inside one node when that is at most `gpus_per_node`, which then uses the intra-node link;
+//! otherwise the inter-node link per GPU is the bottleneck of the ring.
+
+use super::context::{k, Ctx};
+use super::parameters::stage_params;
+use crate::Expr;
+
+/// Seconds of the tensor-parallel collectives of one layer in one direction (forward or
+/// backward): two all-reduces of the `b·s/c·h` activations, or with sequence parallelism a
+/// reduce-scatter and an all-gather for each, the same bytes on the wire.
+pub(crate) fn tp_layer_one_way(ctx: &Ctx) -> Expr {
+    let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
+    let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
+    k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
+}
+
+/// Seconds of the context-parallel ring of one layer's forward: each GPU passes its keys and
+/// values on `c − 1` times. Backward passes keys, values and their gradients: twice that.
+pub(crate) fn cp_layer_forward(ctx: &Ctx) -> Expr {
+    let kv_bytes = ctx.tokens() * (2.0 * ctx.kv_dim * ctx.bytes.activation)
+        / Expr::max([
+            Expr::min([ctx.t.clone(), k((ctx.kv_dim / ctx.head_dim).max(1.0))]),
+            k(1.0),
+        ]);
+    let span = ctx.t.clone() * ctx.c.clone();
+    (ctx.c.clone() - 1.0) * ctx.p2p(kv_bytes, span)
+}
+
+/// Seconds of the expert-parallel all-to-alls of one average layer in one direction: dispatch
+/// and combine of the routed tokens.
+pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
+    match &ctx.moe {
+        None => k(0.0),
+        Some(moe) => {
+            let bytes =
+                ctx.tokens() * (moe.top_k * moe.capacity * ctx.hidden * ctx.bytes.activation);
+            let stride = ctx.t.clone() * ctx.c.clone();
+            k(2.0 * moe.fraction)
+                * ctx.all_to_all(bytes, ctx.e.clone(), stride)
+                * (1.0 - ctx.cal.ep_overlap)
+        }
+    }
+}
+
+/// Seconds of one device's pipeline sends and receives for one micro-batch: `v` activations
+/// forward and `v` gradients backward of `b·s/c·h` elements, split over tp (Megatron's
+/// scatter-gather: each tp rank sends its 1/t slice, the receiver all-gathers over NVLink).
+pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
+    let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation) / ctx.t.clone();
+    let span = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * ctx.p.clone();
+    let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
+    pipelined * k(2.0) * ctx.v.clone() * ctx.p2p(bytes, span) * ctx.cal.pp_exposed
+}
+
+/// Data-parallel traffic of one step for ZeRO 0–2, before overlap: ZeRO-0 all-reduces the
+/// gradients; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights. Groups
+/// are dp·cp ranks (gradients are reduced over both). Tied embeddings add an all-reduce of
+/// the embedding gradients between the first and last device.
+pub(crate) fn dp_step(ctx: &Ctx) -> Expr {
+    let params = stage_params(ctx);
+    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
+    let (z1, _, z3) = ctx.zero_flags();
+    let grad_bytes = params.clone() * ctx.bytes.gradient;
+    let all_reduce = ctx.all_reduce(grad_bytes.clone(), &ring);
+    let sharded = ctx.gather(grad_bytes, &ring) + ctx.gather(params * ctx.bytes.weight, &ring);
+    let zero_traffic = (k(1.0) - z1.clone()) * all_reduce + (z1 - z3.clone()) * sharded;
+    let tied = if ctx.tied {
+        let bytes = k(ctx.vocab * ctx.hidden * ctx.bytes.gradient) / ctx.t.clone();
+        let ends = ctx.is_first() + ctx.is_last();
+        let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
+        let stride = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * (ctx.p.clone() - 1.0);
+        let ring = ctx.ring("tied", k(2.0), stride);
+        Expr::min([ends, k(1.0)]) * pipelined * ctx.all_reduce(bytes, &ring)
+    } else {
+        k(0.0)
+    };
+    zero_traffic + tied
+}
+
+/// ZeRO-3 traffic of one micro-batch, before overlap: all-gather the bf16 weights for
+/// forward and again for backward, reduce-scatter the gradients.
+pub(crate) fn zero3_microbatch(ctx: &Ctx) -> Expr {
+    let params = stage_params(ctx);
+    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
+    let (_, _, z3) = ctx.zero_flags();
+    let gathers = k(2.0) * ctx.gather(params.clone() * ctx.bytes.weight, &ring);
+    let reduce = ctx.gather(params * ctx.bytes.gradient, &ring);
+    z3 * (gathers + reduce)
+}

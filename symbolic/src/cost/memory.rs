@@ -1,0 +1,165 @@
+//! Peak memory of one GPU of a pipeline device, as expressions.
+//!
+//! States (mixed precision, bytes per parameter before sharding): the bf16/fp16 compute copy
+//! 2, the gradient 4 for bf16 (accumulated and reduced in fp32, Megatron's main grads) or 2
+//! for fp16 (loss-scaled fp16 grads), the fp32 master 4 and Adam's two fp32 moments 8: 18
+//! bytes for bf16 + Adam, 16 for fp16 + Adam. ZeRO-1 shards master and moments over dp·cp
+//! (Megatron's distributed optimizer shards over both), ZeRO-2 also the gradients, ZeRO-3
+//! keeps only the fp32 shard as the weights (FSDP style: 4 + 4 + 8 = 16 bytes / dp·cp) plus
+//! two gathered layers and one layer's unsharded gradients as buffers.
+//!
+//! Activations per layer and micro-batch follow Korthikanti et al. (arXiv 2205.05198 §4),
+//! generalised mechanistically: with `s' = s/c` positions per GPU, `sbh` = s'·b·h elements,
+//! - outside tensor-parallel regions (divided by t only with sequence parallelism): two norm
+//!   inputs 4sbh, QKV input 2sbh, MLP input 2sbh, two dropout masks 2sbh = 10sbh;
+//! - attention inside tp: Q and K 2s'b(q + kv), V 2s'b·kv, output-projection input 2s'b·q
+//!   (= 8sbh for multi-head attention), and without flash attention the scores path
+//!   5·a·s'·s·b (softmax 2, dropout mask 1, dropout output 2), which selective recompute
+//!   drops; flash attention keeps only an fp32 log-sum-exp per row and head;
+//! - MLP inside tp: gelu 4·s'b·ffn (its input and the down projection's input), swiglu
+//!   6·s'b·ffn (gate, up, product); experts the same on the routed tokens plus their
+//!   dispatched inputs and combined outputs.
+//!
+//! FP8 training keeps fp8 copies of the GEMM inputs (1 byte per element instead of 2).
+//!
+//! For a GPT layer this is sbh(34 + 5as/h) without parallelism and 34sbh/t with tp + sp +
+//! selective recompute. A fully recomputed layer keeps its input, 2sbh (÷t with sp), and the
+//! layer being recomputed needs its full activations once.
+
+use super::context::{above, k, Ctx};
+use super::parameters::{layer_params, stage_params};
+use crate::Expr;
+
+/// Bytes of activations one layer keeps for one micro-batch, without recompute; the second
+/// value is the part selective recompute drops.
+pub(crate) fn layer_activations(ctx: &Ctx) -> (Expr, Expr) {
+    let layer = ctx.shared("layer_activations", || layer_activations_expr(ctx).0);
+    let droppable = ctx.shared("droppable_activations", || layer_activations_expr(ctx).1);
+    (layer, droppable)
+}
+
+fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
+    let t = ctx.t.clone();
+    let b = ctx.b.clone();
+    let s_local = ctx.local_seq();
+    let sb = s_local.clone() * b.clone();
+    let act = ctx.bytes.activation / 2.0;
+    let h = ctx.hidden;
+    // FP8 training keeps the fp8 copies of GEMM inputs for backward (1 byte instead of 2).
+    let g = if ctx.fp8 { 0.5 } else { 1.0 };
+    let replicated = k((6.0 + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
+    let attention =
+        k((2.0 * (ctx.q_dim + ctx.kv_dim) + 2.0 * ctx.kv_dim + 2.0 * g * ctx.q_dim) * act)
+            * sb.clone()
+            / t.clone();
+    let scores = if ctx.flash {
+        k(4.0 * ctx.heads) * sb.clone() / t.clone()
+    } else {
+        k(5.0 * ctx.heads * ctx.seq * act) * sb.clone() / t.clone()
+    };
+    // gelu: its input and the down projection's input; swiglu: gate and up outputs and the
+    // down projection's input.
+    let mlp_factor = if ctx.mlp_matrices > 2.0 {
+        4.0 + 2.0 * g
+    } else {
+        2.0 + 2.0 * g
+    };
+    let dense_mlp = k(mlp_factor * ctx.ffn * act) * sb.clone() / t.clone();
+    let mlp = match &ctx.moe {
+        None => dense_mlp,
+        Some(moe) => {
+            let routed = sb.clone() * (moe.top_k * moe.capacity);
+            let experts = routed.clone() * (mlp_factor * moe.expert_ffn * act) / t.clone()
+                + routed * ((2.0 + 2.0 * g) * h * act);
+            let shared = k(mlp_factor * moe.shared * moe.expert_ffn * act) * sb / t;
+            k(1.0 - moe.fraction) * dense_mlp + k(moe.fraction) * (experts + shared)
+        }
+    };
+    let droppable = if ctx.flash { k(0.0) } else { scores.clone() };
+    (Expr::sum([replicated, attention, scores, mlp]), droppable)
+}
+
+/// Micro-batches whose activations a pipeline device holds at its peak: `min(p − i, m)` for
+/// 1F1B; with `v` interleaved chunks Megatron's warm-up holds `2(p − i − 1) + (v − 1)p + 1`
+/// chunk-micro-batches, `/v` in whole-device units (for the first device `p + (p − 1)/v`,
+/// Korthikanti's `p·(1 + (p − 1)/(p·v))`).
+pub(crate) fn in_flight(ctx: &Ctx) -> Expr {
+    let p = ctx.p.clone();
+    let i = ctx.stage.clone();
+    let v = ctx.v.clone();
+    let interleaved = above(v.clone(), 1.0);
+    let plain = p.clone() - i.clone();
+    let warmup = (k(2.0) * (p.clone() - i - 1.0) + (v.clone() - 1.0) * p + 1.0) / v;
+    let fill = (k(1.0) - interleaved.clone()) * plain + interleaved * warmup;
+    Expr::min([fill, ctx.m.clone()])
+}
+
+/// Memory components of one GPU: weights, gradients, optimizer states, activations, buffers.
+pub(crate) struct StageMemory {
+    pub weights: Expr,
+    pub gradients: Expr,
+    pub optimizer: Expr,
+    pub activations: Expr,
+    pub buffers: Expr,
+}
+
+pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
+    let params = stage_params(ctx);
+    let shards = ctx.d.clone() * ctx.c.clone();
+    let (z1, z2, z3) = ctx.zero_flags();
+    let bytes = ctx.bytes;
+    let not_z3 = k(1.0) - z3.clone();
+
+    let fp32_shard = bytes.weight.max(bytes.master);
+    let weights = not_z3.clone() * bytes.weight * params.clone()
+        + z3.clone() * fp32_shard * params.clone() / shards.clone();
+    let grad_divisor = k(1.0) + z2 * (shards.clone() - 1.0);
+    let gradients = k(bytes.gradient) * params.clone() / grad_divisor;
+    let optimizer_divisor = k(1.0) + z1 * (shards.clone() - 1.0);
+    let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
+    let optimizer = optimizer_bytes * params / optimizer_divisor;
+
+    let (layer, droppable) = layer_activations(ctx);
+    let kept = layer.clone() - ctx.selective.clone() * droppable;
+    let rep = ctx.replicated_divisor();
+    let sbh = ctx.tokens() * ctx.hidden * bytes.activation / 2.0;
+    let checkpoint = k(2.0) * sbh.clone() / rep.clone();
+    let per_microbatch = (ctx.layers.clone() - ctx.full.clone()) * kept
+        + ctx.full.clone() * checkpoint
+        + ctx.is_first() * (k(3.0) * sbh.clone() / rep.clone())
+        + ctx.is_last() * (k(2.0) * sbh / rep);
+    let recompute_working_set = Expr::min([ctx.full.clone(), k(1.0)]) * layer;
+    let activations = in_flight(ctx) * per_microbatch + recompute_working_set;
+
+    let logits = ctx.is_last() * ctx.tokens() * (ctx.vocab * ctx.cal.logits_bytes_per_element)
+        / ctx.t.clone();
+    let gathered = z3 * layer_params(ctx) * (2.0 * bytes.weight + bytes.gradient);
+
+    let weights = ctx.bind((k(1.0) - ctx.off_w.clone()) * weights);
+    let gradients = ctx.bind((k(1.0) - ctx.off_g.clone()) * gradients);
+    let optimizer = ctx.bind((k(1.0) - ctx.off_opt.clone()) * optimizer);
+    let activations = ctx.bind((k(1.0) - ctx.off_act.clone()) * activations);
+    let logits = ctx.bind(logits);
+    let gathered = ctx.bind(gathered);
+    let allocated = Expr::sum([
+        weights.clone(),
+        gradients.clone(),
+        optimizer.clone(),
+        activations.clone(),
+        logits.clone(),
+        gathered.clone(),
+    ]);
+    let buffers = Expr::sum([
+        logits,
+        gathered,
+        k(ctx.cal.comm_buffer_bytes + ctx.cal.cuda_context_bytes),
+        allocated * ctx.cal.fragmentation,
+    ]);
+    StageMemory {
+        weights,
+        gradients,
+        optimizer,
+        activations,
+        buffers,
+    }
+}

@@ -1,0 +1,70 @@
+//! Parameters one GPU of a pipeline device holds, as expressions: its layers' weights sharded
+//! over tensor (and, for experts, expert) parallelism, plus the embedding on the first device
+//! and the output layer on the last.
+
+use super::context::{k, Ctx};
+use crate::Expr;
+
+/// Parameters of one (average) layer on one GPU.
+pub(crate) fn layer_params(ctx: &Ctx) -> Expr {
+    ctx.shared("layer_params", || layer_params_expr(ctx))
+}
+
+fn layer_params_expr(ctx: &Ctx) -> Expr {
+    let t = ctx.t.clone();
+    let h = ctx.hidden;
+    let attention = 2.0 * h * ctx.q_dim + 2.0 * h * ctx.kv_dim;
+    let attention_bias = if ctx.bias {
+        ctx.q_dim + 2.0 * ctx.kv_dim + h
+    } else {
+        0.0
+    };
+    // Two norms, replicated over tp.
+    let norms = 2.0 * ctx.norm_params;
+    let dense_mlp = ctx.mlp_matrices * h * ctx.ffn
+        + if ctx.bias {
+            (ctx.mlp_matrices - 1.0) * ctx.ffn + h
+        } else {
+            0.0
+        };
+    let sharded = k(attention + attention_bias) / t.clone();
+    let mlp = match &ctx.moe {
+        None => k(dense_mlp) / t,
+        Some(moe) => {
+            let experts = k(moe.experts * moe.expert_params) / (ctx.e.clone() * t.clone());
+            let shared = k(moe.shared * moe.expert_params) / t.clone();
+            let router = k(h * moe.experts);
+            k(1.0 - moe.fraction) * (k(dense_mlp) / t)
+                + k(moe.fraction) * (experts + shared + router)
+        }
+    };
+    sharded + mlp + k(norms)
+}
+
+/// Parameters of the embedding on the first device: the vocabulary split over tp, learned
+/// positions replicated.
+pub(crate) fn embedding_params(ctx: &Ctx) -> Expr {
+    k(ctx.vocab * ctx.hidden) / ctx.t.clone() + k(ctx.position_params)
+}
+
+/// Parameters of the final norm and output layer on the last device. With tied embeddings
+/// and a single device the output reuses the embedding; with a pipeline the last device keeps
+/// its own copy (synchronised by an all-reduce of the gradients), as Megatron does.
+pub(crate) fn head_params(ctx: &Ctx) -> Expr {
+    let output = k(ctx.vocab * ctx.hidden) / ctx.t.clone();
+    let copies = if ctx.tied {
+        Expr::min([ctx.p.clone() - 1.0, k(1.0)])
+    } else {
+        k(1.0)
+    };
+    output * copies + k(ctx.norm_params)
+}
+
+/// Parameters one GPU of this pipeline device holds.
+pub(crate) fn stage_params(ctx: &Ctx) -> Expr {
+    ctx.shared("stage_params", || {
+        ctx.layers.clone() * layer_params(ctx)
+            + ctx.is_first() * embedding_params(ctx)
+            + ctx.is_last() * head_params(ctx)
+    })
+}

@@ -1,0 +1,220 @@
+//! Deterministic renderings of an [`Estimate`]: a human table and canonical JSON with floats
+//! rounded to 6 significant digits, so that output is byte-stable across machines.
+
+use std::fmt::Write;
+
+use serde_json::{json, Map, Value};
+use tessel_grammar::{Recompute, Spec, Strategy};
+
+use super::{Estimate, MemoryBreakdown, TimeBreakdown};
+
+/// Rounds to 6 significant digits (0 and non-finite values pass through as 0).
+pub fn round6(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return 0.0;
+    }
+    let digits = 6 - 1 - x.abs().log10().floor() as i32;
+    let scale = 10f64.powi(digits);
+    let rounded = (x * scale).round() / scale;
+    // Re-parse through the shortest representation so equal values print identically.
+    format!("{rounded:.*}", digits.max(0) as usize)
+        .parse()
+        .unwrap_or(rounded)
+}
+
+fn memory_json(m: &MemoryBreakdown) -> Value {
+    json!({
+        "weights": round6(m.weights),
+        "gradients": round6(m.gradients),
+        "optimizer": round6(m.optimizer),
+        "activations": round6(m.activations),
+        "buffers": round6(m.buffers),
+        "total": round6(m.total()),
+    })
+}
+
+fn time_json(t: &TimeBreakdown) -> Value {
+    json!({
+        "compute": round6(t.compute),
+        "recompute": round6(t.recompute),
+        "tp_comm": round6(t.tp_comm),
+        "cp_comm": round6(t.cp_comm),
+        "ep_comm": round6(t.ep_comm),
+        "pp_comm": round6(t.pp_comm),
+        "dp_comm": round6(t.dp_comm),
+        "offload": round6(t.offload),
+        "bubble": round6(t.bubble),
+        "optimizer": round6(t.optimizer),
+    })
+}
+
+/// The estimate as JSON with sorted keys and rounded floats (serde_json's map is ordered).
+pub fn estimate_json(estimate: &Estimate) -> Value {
+    let stages: Vec<Value> = estimate
+        .stages
+        .iter()
+        .map(|s| {
+            json!({
+                "stage": s.stage,
+                "layers": s.layers,
+                "memory_gib": memory_json(&s.memory),
+                "time_s": time_json(&s.time),
+            })
+        })
+        .collect();
+    let mut map = Map::new();
+    map.insert("step_time_s".into(), json!(round6(estimate.step_time_s)));
+    map.insert("tokens_per_s".into(), json!(round6(estimate.tokens_per_s)));
+    map.insert(
+        "tokens_per_s_per_gpu".into(),
+        json!(round6(estimate.tokens_per_s_per_gpu)),
+    );
+    map.insert(
+        "model_tflops_per_gpu".into(),
+        json!(round6(estimate.model_tflops_per_gpu)),
+    );
+    map.insert(
+        "hardware_tflops_per_gpu".into(),
+        json!(round6(estimate.hardware_tflops_per_gpu)),
+    );
+    map.insert("mfu".into(), json!(round6(estimate.mfu)));
+    map.insert("hfu".into(), json!(round6(estimate.hfu)));
+    map.insert(
+        "peak_memory_gib".into(),
+        json!(round6(estimate.peak_memory_gib)),
+    );
+    map.insert(
+        "memory_capacity_gib".into(),
+        json!(round6(estimate.memory_capacity_gib)),
+    );
+    map.insert("fits".into(), json!(estimate.fits));
+    map.insert("time_s".into(), time_json(&estimate.time));
+    map.insert("stages".into(), Value::Array(stages));
+    Value::Object(map)
+}
+
+/// The estimate as pretty-printed canonical JSON text.
+pub fn render_estimate_json(estimate: &Estimate) -> String {
+    serde_json::to_string_pretty(&estimate_json(estimate)).unwrap_or_default()
+}
+
+fn recompute_label(recompute: Recompute) -> String {
+    match recompute {
+        Recompute::None => "none".into(),
+        Recompute::Selective => "selective".into(),
+        Recompute::Full => "full".into(),
+        Recompute::Partial { full_layers } => format!("partial ({full_layers} layers/stage)"),
+    }
+}
+
+/// A deterministic human-readable table of an estimate (`tessel estimate --format table`).
+pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} on {} × {} ({} GPUs): strategy `{}`",
+        spec.model.name,
+        spec.cluster.nodes,
+        spec.cluster.gpus_per_node,
+        spec.cluster.total_gpus(),
+        strategy.name
+    );
+    let _ = writeln!(
+        out,
+        "dp {} · tp {} · pp {} · cp {} · ep {} | micro-batch {} | interleave {} | recompute {} | sequence parallel {} | ZeRO {}",
+        strategy.dp,
+        strategy.tp,
+        strategy.pp,
+        strategy.cp,
+        strategy.ep,
+        strategy.microbatch,
+        strategy.interleave,
+        recompute_label(strategy.recompute),
+        if strategy.sequence_parallel { "on" } else { "off" },
+        strategy.zero
+    );
+    out.push('\n');
+    let rows = [
+        ("step time", format!("{:.4} s", est.step_time_s)),
+        ("tokens/s", format!("{:.1}", est.tokens_per_s)),
+        (
+            "tokens/s per GPU",
+            format!("{:.1}", est.tokens_per_s_per_gpu),
+        ),
+        (
+            "model TFLOP/s per GPU",
+            format!("{:.1}", est.model_tflops_per_gpu),
+        ),
+        (
+            "hardware TFLOP/s per GPU",
+            format!("{:.1}", est.hardware_tflops_per_gpu),
+        ),
+        ("MFU", format!("{:.1}%", 100.0 * est.mfu)),
+        ("HFU", format!("{:.1}%", 100.0 * est.hfu)),
+        (
+            "peak memory",
+            format!(
+                "{:.2} GiB of {:.2} GiB ({})",
+                est.peak_memory_gib,
+                est.memory_capacity_gib,
+                if est.fits { "fits" } else { "does not fit" }
+            ),
+        ),
+    ];
+    for (name, value) in rows {
+        let _ = writeln!(out, "{name:<26}{value}");
+    }
+    out.push_str("\ntime per step (s)\n");
+    let t = &est.time;
+    for (name, value) in [
+        ("compute", t.compute),
+        ("recompute", t.recompute),
+        ("tp comm", t.tp_comm),
+        ("cp comm", t.cp_comm),
+        ("ep comm", t.ep_comm),
+        ("pp comm", t.pp_comm),
+        ("dp comm", t.dp_comm),
+        ("offload", t.offload),
+        ("pipeline bubble", t.bubble),
+        ("optimizer", t.optimizer),
+    ] {
+        let _ = writeln!(out, "  {name:<24}{value:>12.4}");
+    }
+    out.push_str("\nmemory per GPU by stage (GiB)\n");
+    let _ = writeln!(
+        out,
+        "  {:>5} {:>6} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}",
+        "stage", "layers", "weights", "grads", "optim", "activations", "buffers", "total"
+    );
+    for stage in &est.stages {
+        let m = &stage.memory;
+        let _ = writeln!(
+            out,
+            "  {:>5} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>11.2} {:>9.2} {:>9.2}",
+            stage.stage,
+            stage.layers,
+            m.weights,
+            m.gradients,
+            m.optimizer,
+            m.activations,
+            m.buffers,
+            m.total()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round6;
+
+    #[test]
+    fn six_significant_digits() {
+        assert_eq!(round6(0.000123456789), 0.000123457);
+        assert_eq!(round6(123456789.0), 123457000.0);
+        assert_eq!(round6(1.0 / 3.0), 0.333333);
+        assert_eq!(round6(-2.5e-7), -2.5e-7);
+        assert_eq!(round6(f64::NAN), 0.0);
+        assert_eq!(round6(0.0), 0.0);
+    }
+}

@@ -1,0 +1,245 @@
+//! The fixed slot list of the stage-cost expressions: the strategy symbols a stage's cost
+//! depends on, and the outputs the expressions produce. A compiled program evaluates the
+//! outputs from the slot values in this order.
+
+use tessel_grammar::{Offload, Recompute, Strategy};
+
+use crate::Symbol;
+
+/// Inputs of the stage-cost expressions, in slot order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// Sequences per micro-batch.
+    Microbatch,
+    Tp,
+    Pp,
+    Dp,
+    Cp,
+    Ep,
+    /// Micro-batches per step.
+    Microbatches,
+    Interleave,
+    /// Pipeline device index, 0-based.
+    Stage,
+    /// Layers the device holds (all its chunks).
+    Layers,
+    /// Of those, layers recomputed in full.
+    FullRecomputeLayers,
+    /// 1 when the other layers re-run their attention core (selective recompute), else 0.
+    Selective,
+    /// 1 with sequence parallelism, else 0.
+    SequenceParallel,
+    /// ZeRO stage 0–3.
+    Zero,
+    OffloadOptimizer,
+    OffloadWeights,
+    OffloadGradients,
+    OffloadActivations,
+}
+
+impl Slot {
+    pub const ALL: [Slot; 18] = [
+        Slot::Microbatch,
+        Slot::Tp,
+        Slot::Pp,
+        Slot::Dp,
+        Slot::Cp,
+        Slot::Ep,
+        Slot::Microbatches,
+        Slot::Interleave,
+        Slot::Stage,
+        Slot::Layers,
+        Slot::FullRecomputeLayers,
+        Slot::Selective,
+        Slot::SequenceParallel,
+        Slot::Zero,
+        Slot::OffloadOptimizer,
+        Slot::OffloadWeights,
+        Slot::OffloadGradients,
+        Slot::OffloadActivations,
+    ];
+
+    /// The symbol's name in the expressions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Slot::Microbatch => "b",
+            Slot::Tp => "t",
+            Slot::Pp => "p",
+            Slot::Dp => "d",
+            Slot::Cp => "c",
+            Slot::Ep => "e",
+            Slot::Microbatches => "m",
+            Slot::Interleave => "v",
+            Slot::Stage => "i",
+            Slot::Layers => "layers",
+            Slot::FullRecomputeLayers => "r",
+            Slot::Selective => "selective",
+            Slot::SequenceParallel => "sp",
+            Slot::Zero => "zero",
+            Slot::OffloadOptimizer => "off_opt",
+            Slot::OffloadWeights => "off_w",
+            Slot::OffloadGradients => "off_g",
+            Slot::OffloadActivations => "off_act",
+        }
+    }
+
+    pub fn symbol(self) -> Symbol {
+        Symbol::new(self.name())
+    }
+
+    /// The slot's position in [`Slot::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The position of the slot named `name`, if any (a `match`, cheaper than a search in the
+    /// evaluation's inner loop).
+    pub fn index_of(name: &str) -> Option<usize> {
+        Some(match name {
+            "b" => 0,
+            "t" => 1,
+            "p" => 2,
+            "d" => 3,
+            "c" => 4,
+            "e" => 5,
+            "m" => 6,
+            "v" => 7,
+            "i" => 8,
+            "layers" => 9,
+            "r" => 10,
+            "selective" => 11,
+            "sp" => 12,
+            "zero" => 13,
+            "off_opt" => 14,
+            "off_w" => 15,
+            "off_g" => 16,
+            "off_act" => 17,
+            _ => return None,
+        })
+    }
+}
+
+/// Outputs of the stage-cost expressions, in order. Times are seconds, memory bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Per micro-batch: forward and backward compute.
+    Compute,
+    Recompute,
+    TpComm,
+    CpComm,
+    EpComm,
+    PpComm,
+    /// ZeRO-3 gathers and reduce-scatters not hidden behind the micro-batch's compute.
+    DpCommPerMicrobatch,
+    OffloadPerMicrobatch,
+    /// Once per step, after the last backward.
+    DpCommTail,
+    OptimizerTail,
+    OffloadTail,
+    /// Peak memory per GPU.
+    Weights,
+    Gradients,
+    OptimizerStates,
+    Activations,
+    Buffers,
+}
+
+impl Output {
+    pub const ALL: [Output; 16] = [
+        Output::Compute,
+        Output::Recompute,
+        Output::TpComm,
+        Output::CpComm,
+        Output::EpComm,
+        Output::PpComm,
+        Output::DpCommPerMicrobatch,
+        Output::OffloadPerMicrobatch,
+        Output::DpCommTail,
+        Output::OptimizerTail,
+        Output::OffloadTail,
+        Output::Weights,
+        Output::Gradients,
+        Output::OptimizerStates,
+        Output::Activations,
+        Output::Buffers,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Outputs that add up to a stage's `microbatch_s`.
+    pub const MICROBATCH: [Output; 8] = [
+        Output::Compute,
+        Output::Recompute,
+        Output::TpComm,
+        Output::CpComm,
+        Output::EpComm,
+        Output::PpComm,
+        Output::DpCommPerMicrobatch,
+        Output::OffloadPerMicrobatch,
+    ];
+
+    /// Outputs that add up to a stage's `tail_s`.
+    pub const TAIL: [Output; 3] = [
+        Output::DpCommTail,
+        Output::OptimizerTail,
+        Output::OffloadTail,
+    ];
+}
+
+/// Slot values for one stage of a strategy.
+#[allow(clippy::too_many_arguments)]
+pub fn slot_values(
+    strategy: &Strategy,
+    microbatches: u64,
+    stage: u64,
+    layers: u64,
+    recompute: Recompute,
+    offload: Offload,
+) -> [f64; 18] {
+    let (full, selective) = match recompute {
+        Recompute::None => (0, 0.0),
+        Recompute::Selective => (0, 1.0),
+        Recompute::Full => (layers, 0.0),
+        Recompute::Partial { full_layers } => (full_layers.min(layers), 0.0),
+    };
+    let mut values = [0.0; 18];
+    let mut set = |slot: Slot, value: f64| values[slot.index()] = value;
+    set(Slot::Microbatch, strategy.microbatch as f64);
+    set(Slot::Tp, strategy.tp as f64);
+    set(Slot::Pp, strategy.pp as f64);
+    set(Slot::Dp, strategy.dp as f64);
+    set(Slot::Cp, strategy.cp as f64);
+    set(Slot::Ep, strategy.ep as f64);
+    set(Slot::Microbatches, microbatches as f64);
+    set(Slot::Interleave, strategy.interleave as f64);
+    set(Slot::Stage, stage as f64);
+    set(Slot::Layers, layers as f64);
+    set(Slot::FullRecomputeLayers, full as f64);
+    set(Slot::Selective, selective);
+    set(
+        Slot::SequenceParallel,
+        if strategy.sequence_parallel { 1.0 } else { 0.0 },
+    );
+    set(Slot::Zero, strategy.zero as f64);
+    set(Slot::OffloadOptimizer, offload.optimizer);
+    set(Slot::OffloadWeights, offload.weights);
+    set(Slot::OffloadGradients, offload.gradients);
+    set(Slot::OffloadActivations, offload.activations);
+    values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Slot;
+
+    #[test]
+    fn index_of_agrees_with_the_slot_order() {
+        for (position, slot) in Slot::ALL.iter().enumerate() {
+            assert_eq!(slot.index(), position);
+            assert_eq!(Slot::index_of(slot.name()), Some(position));
+        }
+        assert_eq!(Slot::index_of("unknown"), None);
+    }
+}

@@ -1,0 +1,208 @@
+//! The stage-cost expressions: every [`Output`] of one pipeline device as an `Expr` over the
+//! [`Slot`] symbols, with the spec's numbers folded in. Built once per spec; the planner
+//! evaluates them per candidate (tree walk now, a compiled program later).
+
+use super::calibration::{Calibration, KernelEfficiency};
+use super::communication::{
+    cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch, tp_layer_one_way, zero3_microbatch,
+};
+use super::compute::{embedding_time, head_time, layer_times};
+use super::context::{k, Ctx};
+use super::memory::stage_memory;
+use super::parameters::stage_params;
+use super::slots::{Output, Slot};
+use crate::{Expr, Symbol};
+use tessel_grammar::Spec;
+
+/// The slot symbols (in [`Slot::ALL`] order) and one expression per [`Output`] (in
+/// [`Output::ALL`] order), each over the slots only.
+pub fn stage_cost_exprs(
+    spec: &Spec,
+    efficiency: KernelEfficiency,
+    cal: Calibration,
+) -> (Vec<Symbol>, Vec<Expr>) {
+    let staged = StagedExprs::new(spec, efficiency, cal);
+    let slots = Slot::ALL.iter().map(|s| s.symbol()).collect();
+    (slots, staged.inlined())
+}
+
+/// The stage-cost expressions with their shared sub-expressions named: `bindings[k]` is the
+/// intermediate `$k`, over the slots and `$0 … $k−1`; the outputs refer to both. Evaluating
+/// each binding once is what makes tree evaluation affordable.
+#[derive(Clone, Debug)]
+pub struct StagedExprs {
+    pub bindings: Vec<Expr>,
+    pub outputs: Vec<Expr>,
+}
+
+impl StagedExprs {
+    pub fn new(spec: &Spec, efficiency: KernelEfficiency, cal: Calibration) -> StagedExprs {
+        let ctx = Ctx::new(spec, efficiency, cal);
+        let outputs = build(&ctx);
+        StagedExprs {
+            bindings: ctx.take_bindings(),
+            outputs,
+        }
+    }
+
+    /// Evaluates every output from the slot values (in [`Slot::ALL`] order).
+    pub fn eval(&self, slots: &[f64]) -> Vec<f64> {
+        let mut bound = Vec::with_capacity(self.bindings.len());
+        for binding in &self.bindings {
+            let value = binding.eval(&|symbol: &Symbol| lookup(symbol, slots, &bound));
+            bound.push(value);
+        }
+        let env = |symbol: &Symbol| lookup(symbol, slots, &bound);
+        self.outputs.iter().map(|expr| expr.eval(&env)).collect()
+    }
+
+    /// The outputs with every intermediate substituted: expressions over the slots only.
+    pub fn inlined(&self) -> Vec<Expr> {
+        let mut expanded: Vec<Expr> = Vec::with_capacity(self.bindings.len());
+        for binding in &self.bindings {
+            let inlined = substitute(binding, &expanded);
+            expanded.push(inlined);
+        }
+        self.outputs
+            .iter()
+            .map(|expr| substitute(expr, &expanded))
+            .collect()
+    }
+}
+
+/// The value of a slot or of an already evaluated intermediate; NaN for anything else.
+fn lookup(symbol: &Symbol, slots: &[f64], bound: &[f64]) -> f64 {
+    let name = symbol.name();
+    let index = match name.strip_prefix('$') {
+        Some(number) => {
+            return number
+                .parse::<usize>()
+                .ok()
+                .and_then(|k| bound.get(k))
+                .copied()
+                .unwrap_or(f64::NAN)
+        }
+        None => Slot::index_of(name),
+    };
+    index
+        .and_then(|k| slots.get(k))
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
+/// Replaces every intermediate symbol `$k` in `expr` by `expanded[k]`.
+fn substitute(expr: &Expr, expanded: &[Expr]) -> Expr {
+    let all = |items: &[Expr]| items.iter().map(|e| substitute(e, expanded)).collect();
+    match expr {
+        Expr::Const(_) => expr.clone(),
+        Expr::Sym(symbol) => symbol
+            .name()
+            .strip_prefix('$')
+            .and_then(|number| number.parse::<usize>().ok())
+            .and_then(|k| expanded.get(k))
+            .cloned()
+            .unwrap_or_else(|| expr.clone()),
+        Expr::Sum(items) => Expr::Sum(all(items)),
+        Expr::Product(items) => Expr::Product(all(items)),
+        Expr::Max(items) => Expr::Max(all(items)),
+        Expr::Min(items) => Expr::Min(all(items)),
+        Expr::Div(a, b) => Expr::Div(
+            Box::new(substitute(a, expanded)),
+            Box::new(substitute(b, expanded)),
+        ),
+        Expr::Ceil(a) => Expr::Ceil(Box::new(substitute(a, expanded))),
+    }
+}
+
+fn build(ctx: &Ctx) -> Vec<Expr> {
+    let layer = layer_times(ctx);
+    let forward = ctx.bind(layer.forward(ctx));
+    let backward = ctx.bind(layer.backward(ctx));
+    let layers = ctx.layers.clone();
+    let full = ctx.full.clone();
+    let partial = layers.clone() - full.clone();
+
+    let compute = ctx.bind(
+        layers.clone() * (forward.clone() + backward.clone())
+            + ctx.is_first() * embedding_time(ctx)
+            + ctx.is_last() * head_time(ctx),
+    );
+
+    let tp_one_way = tp_layer_one_way(ctx);
+    let ep_one_way = ep_layer_one_way(ctx);
+    let cp_forward = ctx.bind(cp_layer_forward(ctx));
+    let cp_fwd_exposed = ctx.bind(Expr::max([
+        cp_forward.clone() - layer.attention_core_fwd.clone(),
+        k(0.0),
+    ]));
+    let cp_bwd_exposed = Expr::max([
+        k(2.0) * cp_forward - layer.attention_core_bwd.clone(),
+        k(0.0),
+    ]);
+
+    let recompute = ctx.bind(
+        full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
+    );
+    let passes = k(2.0) * layers.clone() + full.clone();
+    let tp = passes.clone() * tp_one_way;
+    let ep = passes * ep_one_way;
+    let cp = layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full * cp_fwd_exposed;
+    let pp = pp_microbatch(ctx);
+
+    let busy = ctx.bind(compute.clone() + recompute.clone());
+    let zero3 = Expr::max([
+        zero3_microbatch(ctx) - busy.clone() * ctx.cal.zero3_overlap,
+        k(0.0),
+    ]);
+
+    let memory = stage_memory(ctx);
+    let host = ctx.host_link;
+    // Offloaded weights stream in for forward and again for backward, offloaded activations
+    // go out in forward and come back in backward, both behind the micro-batch's compute.
+    let streamed = k(2.0) * ctx.off_w.clone() * stage_params(ctx) * ctx.bytes.weight
+        + k(2.0) * ctx.off_act.clone() * memory_activations_before_offload(ctx);
+    let offload_microbatch = Expr::max([streamed / host - busy, k(0.0)]);
+
+    let (z1, _, z3) = ctx.zero_flags();
+    let shards = ctx.d.clone() * ctx.c.clone();
+    let local_optimizer_params = stage_params(ctx) / (k(1.0) + z1 * (shards - 1.0));
+    let backward_of_microbatch = ctx.layers.clone() * backward;
+    let dp_tail = (k(1.0) - z3)
+        * Expr::max([
+            dp_step(ctx) - backward_of_microbatch * ctx.cal.dp_overlap,
+            k(0.0),
+        ]);
+    let optimizer_tail = (k(1.0) - ctx.off_opt.clone())
+        * ctx.memory_bound(local_optimizer_params.clone() * ctx.bytes.optimizer_step);
+    // Offloaded optimizer states: gradients go down (fp32) and updated weights come back up,
+    // and the host updates them; gradient offload moves the fp32 gradients once per step.
+    let offload_tail = (ctx.off_opt.clone() * local_optimizer_params * (4.0 + ctx.bytes.weight)
+        + ctx.off_g.clone() * stage_params(ctx) * ctx.bytes.gradient)
+        / host;
+
+    let mut outputs = vec![k(0.0); Output::ALL.len()];
+    let mut set = |output: Output, expr: Expr| outputs[output.index()] = expr;
+    set(Output::Compute, compute);
+    set(Output::Recompute, recompute);
+    set(Output::TpComm, tp);
+    set(Output::CpComm, cp);
+    set(Output::EpComm, ep);
+    set(Output::PpComm, pp);
+    set(Output::DpCommPerMicrobatch, zero3);
+    set(Output::OffloadPerMicrobatch, offload_microbatch);
+    set(Output::DpCommTail, dp_tail);
+    set(Output::OptimizerTail, optimizer_tail);
+    set(Output::OffloadTail, offload_tail);
+    set(Output::Weights, memory.weights);
+    set(Output::Gradients, memory.gradients);
+    set(Output::OptimizerStates, memory.optimizer);
+    set(Output::Activations, memory.activations);
+    set(Output::Buffers, memory.buffers);
+    outputs
+}
+
+/// Activation bytes of one micro-batch on the device (what activation offload moves).
+fn memory_activations_before_offload(ctx: &Ctx) -> Expr {
+    let (layer, droppable) = super::memory::layer_activations(ctx);
+    ctx.layers.clone() * (layer - ctx.selective.clone() * droppable)
+}

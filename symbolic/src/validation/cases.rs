@@ -1,0 +1,467 @@
+//! Turns rows of the published-runs table into costable cases: a `Spec`, a `Strategy` and
+//! what was measured. Rows that lack something the cost model needs are kept with the reason.
+
+use tessel_grammar::{
+    Choice, MlpKind, ModelSpec, NormKind, Objective, Offload, Optimizer, PositionKind, Precision,
+    Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+};
+
+use super::hardware::{cluster_for, gpu_for};
+
+/// Which published source a row comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    Korthikanti,
+    MegatronReadme,
+    Bloom,
+    Torchtitan,
+    /// MPT runs on H100 (throughput fit source for the Hopper generation).
+    MptHopper,
+    /// MPT runs on A100 (evaluation).
+    MptAmpere,
+    Nemo,
+    Mist,
+    MtNlg,
+    Palm,
+}
+
+impl Source {
+    pub fn from_columns(source: &str, gpu: &str) -> Source {
+        let starts = |prefix: &str| source.starts_with(prefix);
+        if starts("Korthikanti") {
+            Source::Korthikanti
+        } else if starts("Megatron-LM") {
+            Source::MegatronReadme
+        } else if starts("BLOOM") {
+            Source::Bloom
+        } else if starts("torchtitan") {
+            Source::Torchtitan
+        } else if starts("MPT") && gpu.to_ascii_lowercase().contains("h100") {
+            Source::MptHopper
+        } else if starts("MPT") {
+            Source::MptAmpere
+        } else if starts("NeMo") || starts("Megatron-Bridge") {
+            Source::Nemo
+        } else if starts("Mist") {
+            Source::Mist
+        } else if starts("MT-NLG") {
+            Source::MtNlg
+        } else {
+            Source::Palm
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Korthikanti => "Korthikanti et al. 2022",
+            Source::MegatronReadme => "Megatron-LM README 2020",
+            Source::Bloom => "BLOOM-176B sweeps and run",
+            Source::Torchtitan => "torchtitan",
+            Source::MptHopper => "MosaicML llm-foundry (MPT), H100",
+            Source::MptAmpere => "MosaicML llm-foundry (MPT), A100",
+            Source::Nemo => "NeMo / Megatron-Bridge",
+            Source::Mist => "Mist artifact",
+            Source::MtNlg => "MT-NLG 530B",
+            Source::Palm => "PaLM (TPU)",
+        }
+    }
+
+    /// Sources the throughput calibration was fitted on; the others are evaluation only.
+    pub fn is_throughput_fit(self) -> bool {
+        matches!(
+            self,
+            Source::Korthikanti | Source::MegatronReadme | Source::Nemo
+        )
+    }
+
+    /// How a source enters the calibration, in words. Memory is never fitted.
+    pub fn role(self) -> &'static str {
+        if self.is_throughput_fit() {
+            "fit (throughput)"
+        } else if self == Source::MptAmpere {
+            "fit (Ampere flash-attention efficiency only)"
+        } else {
+            "evaluation"
+        }
+    }
+
+    /// Whether any calibrated parameter was fitted on this source.
+    pub fn is_fit(self) -> bool {
+        self.is_throughput_fit() || self == Source::MptAmpere
+    }
+}
+
+/// How the source measured memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryMeasure {
+    /// nvidia-smi: everything on the device, CUDA context included.
+    Device,
+    /// The caching allocator's reserved bytes (no CUDA context, no NCCL buffers).
+    Reserved,
+    /// The caching allocator's allocated bytes (reserved minus fragmentation).
+    Allocated,
+}
+
+/// What a row measured about throughput.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Throughput {
+    StepTime(f64),
+    TokensPerGpu(f64),
+}
+
+/// One costable published run.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub line: usize,
+    pub source: Source,
+    pub table: String,
+    pub model: String,
+    pub spec: Spec,
+    pub strategy: Strategy,
+    pub throughput: Option<Throughput>,
+    /// GiB per GPU and how it was measured.
+    pub memory: Option<(f64, MemoryMeasure)>,
+    /// The run ran out of memory.
+    pub oom: bool,
+    /// Assumptions the conversion made for fields the row leaves empty.
+    pub assumptions: Vec<String>,
+}
+
+/// A row that could not be costed, and why.
+#[derive(Clone, Debug)]
+pub struct Skipped {
+    pub line: usize,
+    pub source: Source,
+    pub model: String,
+    pub reason: String,
+}
+
+/// Reads every row of the table (the first record is the header).
+pub fn cases_from_records(records: &[Vec<String>]) -> (Vec<Case>, Vec<Skipped>) {
+    let mut cases = Vec::new();
+    let mut skipped = Vec::new();
+    let Some(header) = records.first() else {
+        return (cases, skipped);
+    };
+    for (index, record) in records.iter().enumerate().skip(1) {
+        let row = Row { header, record };
+        let line = index + 1;
+        match case_from_row(&row, line) {
+            Ok(case) => cases.push(case),
+            Err(reason) => skipped.push(Skipped {
+                line,
+                source: Source::from_columns(row.get("source"), row.get("gpu")),
+                model: row.get("model").to_string(),
+                reason,
+            }),
+        }
+    }
+    (cases, skipped)
+}
+
+struct Row<'a> {
+    header: &'a [String],
+    record: &'a [String],
+}
+
+impl Row<'_> {
+    fn get(&self, column: &str) -> &str {
+        self.header
+            .iter()
+            .position(|h| h == column)
+            .and_then(|i| self.record.get(i))
+            .map_or("", |s| s.trim())
+    }
+
+    fn number(&self, column: &str) -> Option<f64> {
+        self.get(column).parse::<f64>().ok()
+    }
+
+    fn count(&self, column: &str) -> Option<u64> {
+        let value = self.number(column)?;
+        (value >= 0.0 && value.fract() == 0.0).then_some(value as u64)
+    }
+
+    fn require(&self, column: &str) -> Result<u64, String> {
+        self.count(column)
+            .ok_or_else(|| format!("`{column}` not given"))
+    }
+}
+
+fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
+    let source_column = row.get("source");
+    let source = Source::from_columns(source_column, row.get("gpu"));
+    if source == Source::Palm {
+        return Err("TPU run: not a GPU".to_string());
+    }
+    let gpu_column = row.get("gpu");
+    let gpu = gpu_for(gpu_column).ok_or_else(|| format!("unknown GPU `{gpu_column}`"))?;
+    let notes = row.get("notes");
+    let model_name = row.get("model");
+    let mut assumptions = Vec::new();
+
+    let layers = row.require("layers")?;
+    let hidden = row.require("hidden")?;
+    let heads = row.require("heads")?;
+    let ffn = row.require("ffn_hidden")?;
+    let vocab = row.require("vocab")?;
+    let seq = row.require("seq_len")?;
+    let gpus = row.require("num_gpus")?;
+    let tp = row.count("tp").unwrap_or(1);
+    let pp = row.count("pp").unwrap_or(1);
+    let cp = row.count("cp").unwrap_or(1).max(1);
+    let ep = row.count("ep").unwrap_or(1).max(1);
+    let dp = row.require("dp")?;
+    if heads == 0 || hidden % heads != 0 {
+        return Err("hidden is not a multiple of heads".to_string());
+    }
+    let interleave = match row.get("interleave") {
+        "" => 1,
+        text => text
+            .parse::<u64>()
+            .map_err(|_| format!("interleave `{text}` is not a number"))?,
+    };
+    let microbatch = match row.count("microbatch") {
+        Some(mb) => mb,
+        None if source == Source::MegatronReadme => {
+            assumptions.push("micro-batch = global batch / dp (one micro-batch per step)".into());
+            row.require("global_batch")? / dp.max(1)
+        }
+        None if source == Source::MtNlg => {
+            assumptions.push(
+                "micro-batch 1, as in Korthikanti et al.'s configuration of the same 530B model \
+                 on the same cluster"
+                    .into(),
+            );
+            1
+        }
+        None => return Err("micro-batch size not given".to_string()),
+    };
+    let global_batch = match row.count("global_batch") {
+        Some(gb) => gb,
+        None if source == Source::Torchtitan => {
+            assumptions.push("global batch = dp · local batch (no accumulation)".into());
+            dp * microbatch
+        }
+        None => return Err("global batch not given".to_string()),
+    };
+
+    let lower_notes = notes.to_ascii_lowercase();
+    let lower_model = model_name.to_ascii_lowercase();
+    let precision = if lower_notes.contains("fp8")
+        || lower_model.contains("float8")
+        || lower_notes.contains("float8 linears")
+    {
+        Precision::Fp8
+    } else if lower_notes.starts_with("fp16")
+        || lower_notes.contains("mixed precision fp16")
+        || lower_notes.starts_with("fp16,")
+        || lower_notes.contains("; fp16")
+        || (source == Source::Mist && lower_notes.contains("fp16"))
+    {
+        Precision::Fp16
+    } else if gpu.peak.bf16 == 0.0 || source == Source::MegatronReadme {
+        // The 2020 Megatron-LM README predates Megatron's bf16 support: fp16.
+        Precision::Fp16
+    } else {
+        Precision::Bf16
+    };
+    let flash = match source {
+        Source::MptHopper | Source::MptAmpere | Source::Torchtitan | Source::Nemo => true,
+        _ => notes.contains("FlashAttention") && !notes.contains("no FlashAttention"),
+    };
+
+    let llama = lower_model.contains("llama");
+    let kv_heads = if llama && (lower_model.contains("llama3") || lower_model.contains("llama 3")) {
+        // Llama 3 and 3.1 use 8 key/value heads at every size (arXiv 2407.21783 Table 3).
+        8
+    } else if llama && lower_model.contains("70b") {
+        // Llama 2 70B uses grouped-query attention with 8 key/value heads (arXiv 2307.09288).
+        8
+    } else {
+        heads
+    };
+    let gpt2_style = matches!(
+        source,
+        Source::Korthikanti | Source::MegatronReadme | Source::MtNlg | Source::Mist
+    );
+    let model = ModelSpec {
+        name: model_name.to_string(),
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim: hidden / heads,
+        ffn_hidden: ffn,
+        vocab,
+        mlp: if llama {
+            MlpKind::Swiglu
+        } else {
+            MlpKind::Gelu
+        },
+        norm: if llama {
+            NormKind::Rmsnorm
+        } else {
+            NormKind::Layernorm
+        },
+        tie_embeddings: !llama,
+        // MPT has no biases (no_bias); GPT-2/3, Megatron and BLOOM do; Llama does not.
+        bias: !llama && !matches!(source, Source::MptHopper | Source::MptAmpere),
+        max_seq_len: Some(seq),
+        // BLOOM and MPT use ALiBi, Llama rotary: neither has position parameters.
+        position: if gpt2_style {
+            PositionKind::Learned
+        } else {
+            PositionKind::Rope
+        },
+        moe: None,
+    };
+
+    let full_or = |default: Recompute, note: &str, assumptions: &mut Vec<String>| {
+        assumptions.push(note.to_string());
+        default
+    };
+    let recompute_column = row.get("recompute").to_ascii_lowercase();
+    let layers_per_stage = layers.div_ceil(pp.max(1));
+    let recompute = if recompute_column.starts_with("full") {
+        Recompute::Full
+    } else if source == Source::Torchtitan && recompute_column.starts_with("selective") {
+        // torchtitan's selective checkpointing either wraps every second block ("layer") or,
+        // per operator ("op", its default), saves every second matmul output and recomputes
+        // the rest of the forward: both re-run about half of the forward and keep about half
+        // of the activations, which is full recompute of half the layers.
+        assumptions.push(
+            "torchtitan selective checkpointing (layer or op) = full recompute of half the layers"
+                .into(),
+        );
+        Recompute::Partial {
+            full_layers: layers_per_stage / 2,
+        }
+    } else if recompute_column.starts_with("selective") {
+        Recompute::Selective
+    } else if recompute_column.starts_with("none") {
+        Recompute::None
+    } else if recompute_column.starts_with("partial") {
+        let full_layers = recompute_column
+            .split(|c: char| !c.is_ascii_digit())
+            .find_map(|part| part.parse::<u64>().ok().filter(|&n| n > 0))
+            .ok_or("partial recompute without a layer count")?;
+        assumptions.push(format!(
+            "partial recompute of {full_layers} layers applied to every stage"
+        ));
+        Recompute::Partial { full_layers }
+    } else if recompute_column.is_empty() {
+        match source {
+            Source::MegatronReadme | Source::MtNlg => full_or(
+                Recompute::Full,
+                "full recompute (activation checkpointing, the default of these scripts)",
+                &mut assumptions,
+            ),
+            _ => full_or(
+                Recompute::None,
+                "no recompute (not stated)",
+                &mut assumptions,
+            ),
+        }
+    } else {
+        return Err(format!("unknown recompute `{recompute_column}`"));
+    };
+    let sequence_parallel = match row.get("seq_parallel") {
+        "yes" => true,
+        "no" => false,
+        _ => {
+            let default = tp > 1 && matches!(source, Source::Nemo | Source::Torchtitan);
+            if tp > 1 {
+                assumptions.push(format!(
+                    "sequence parallelism {} (not stated)",
+                    if default { "on" } else { "off" }
+                ));
+            }
+            default
+        }
+    };
+    let zero_column = row.get("zero_stage").to_ascii_lowercase();
+    let zero = if let Some(digit) = zero_column.chars().next().and_then(|c| c.to_digit(10)) {
+        digit as u8
+    } else if zero_column.contains("shard_grad_op") {
+        2
+    } else if zero_column.contains("fsdp") {
+        3
+    } else if zero_column.contains("distributed optimizer") {
+        1
+    } else if source == Source::Nemo {
+        assumptions.push("distributed optimizer (NeMo's default)".into());
+        1
+    } else {
+        0
+    };
+
+    let train = TrainSpec {
+        seq_len: seq,
+        global_batch,
+        precision,
+        optimizer: Optimizer::Adam,
+        flash_attention: flash,
+    };
+    let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
+    let search = SearchSpace {
+        memory_limit: 1.0,
+        objective: Objective::Throughput,
+        microbatch: Choice::Auto,
+        ..SearchSpace::default()
+    };
+    let strategy = Strategy {
+        name: format!("row{line}"),
+        dp,
+        tp,
+        pp,
+        cp,
+        ep,
+        microbatch,
+        interleave,
+        recompute,
+        sequence_parallel,
+        zero,
+        offload: Offload::default(),
+        stages: None,
+    };
+    let spec = Spec {
+        model,
+        cluster,
+        train,
+        strategies: vec![strategy.clone()],
+        search,
+    };
+
+    let throughput = if let Some(step) = row.number("measured_step_time_s") {
+        Some(Throughput::StepTime(step))
+    } else {
+        row.number("measured_tokens_per_s")
+            .map(Throughput::TokensPerGpu)
+    };
+    let memory_measure = match source {
+        Source::Bloom => Some(MemoryMeasure::Device),
+        Source::Torchtitan => Some(MemoryMeasure::Reserved),
+        Source::Mist => Some(MemoryMeasure::Allocated),
+        _ => None,
+    };
+    let memory = row
+        .number("measured_mem_gb")
+        .and_then(|gib| memory_measure.map(|m| (gib, m)));
+    let oom = notes.starts_with("OOM");
+    if throughput.is_none() && memory.is_none() && !oom {
+        return Err("no step time, tokens/s or memory to compare".to_string());
+    }
+    Ok(Case {
+        line,
+        source,
+        table: row.get("table").to_string(),
+        model: model_name.to_string(),
+        spec,
+        strategy,
+        throughput,
+        memory,
+        oom,
+        assumptions,
+    })
+}

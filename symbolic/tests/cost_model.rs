@@ -1,0 +1,675 @@
+//! The cost model against closed forms: Korthikanti et al.'s activation memory, state bytes by
+//! ZeRO stage, ring collective volumes, the 1F1B step composition, and Megatron's FLOP
+//! formulas.
+
+use tessel_grammar::{
+    ClusterSpec, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind, Offload, PeakCompute,
+    PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+};
+use tessel_symbolic::cost::{
+    render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, PipelineShape,
+    StageCost, StrategyOverrides,
+};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn gpt(layers: u64, hidden: u64, heads: u64) -> ModelSpec {
+    ModelSpec {
+        name: "gpt".into(),
+        layers,
+        hidden,
+        heads,
+        kv_heads: heads,
+        head_dim: hidden / heads.max(1),
+        ffn_hidden: 4 * hidden,
+        vocab: 51200,
+        mlp: MlpKind::Gelu,
+        norm: NormKind::Layernorm,
+        tie_embeddings: true,
+        bias: true,
+        max_seq_len: Some(2048),
+        position: PositionKind::Learned,
+        moe: None,
+    }
+}
+
+fn selene(nodes: u64) -> ClusterSpec {
+    ClusterSpec {
+        name: "selene".into(),
+        gpu: GpuSpec {
+            name: "A100-SXM4-80GB".into(),
+            memory: 80.0 * GIB,
+            peak: PeakCompute {
+                bf16: 312e12,
+                fp16: 312e12,
+                fp8: 0.0,
+                fp32: 19.5e12,
+                tf32: 156e12,
+            },
+            hbm_bandwidth: 2.039e12,
+            efficiency: GpuEfficiency::default(),
+        },
+        nodes,
+        gpus_per_node: 8,
+        intra_node: Link {
+            bandwidth: 300e9,
+            latency: 0.0,
+        },
+        inter_node: Link {
+            bandwidth: 25e9,
+            latency: 0.0,
+        },
+        host_link: 25e9,
+        host_memory: 1e12,
+    }
+}
+
+fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
+    Spec {
+        model,
+        cluster: selene(nodes),
+        train: TrainSpec {
+            seq_len: 2048,
+            global_batch,
+            precision: Precision::Bf16,
+            optimizer: tessel_grammar::Optimizer::Adam,
+            flash_attention: false,
+        },
+        strategies: vec![],
+        search: SearchSpace::default(),
+    }
+}
+
+fn strategy(dp: u64, tp: u64, pp: u64, microbatch: u64) -> Strategy {
+    Strategy {
+        name: "s".into(),
+        dp,
+        tp,
+        pp,
+        cp: 1,
+        ep: 1,
+        microbatch,
+        interleave: 1,
+        recompute: Recompute::None,
+        sequence_parallel: false,
+        zero: 0,
+        offload: Offload::default(),
+        stages: None,
+    }
+}
+
+/// A calibration without fixed overheads, so memory is exactly the formulas.
+fn bare() -> Calibration {
+    Calibration {
+        cuda_context_bytes: 0.0,
+        comm_buffer_bytes: 0.0,
+        fragmentation: 0.0,
+        ..Calibration::default()
+    }
+}
+
+/// Activation bytes of one layer: the difference between a device with two layers and one.
+fn layer_activation_bytes(spec: &Spec, s: &Strategy) -> f64 {
+    let model = CostModel::with_calibration(spec, bare()).unwrap();
+    let one = model.stage_cost(s, 0, 1, s.recompute, Offload::default());
+    let two = model.stage_cost(s, 0, 2, s.recompute, Offload::default());
+    two.memory.activations - one.memory.activations
+}
+
+fn close(a: f64, b: f64, tolerance: f64) -> bool {
+    (a - b).abs() <= tolerance * b.abs().max(1e-30)
+}
+
+#[test]
+fn activations_match_korthikanti_closed_forms() {
+    let (s, b, h, a) = (2048.0, 1.0, 12288.0, 96.0);
+    let sbh = s * b * h;
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let t = 8.0;
+
+    let no_parallelism = layer_activation_bytes(&spec, &strategy(64, 1, 1, 1));
+    assert!(close(no_parallelism, sbh * (34.0 + 5.0 * a * s / h), 1e-12));
+
+    let tensor = layer_activation_bytes(&spec, &strategy(8, 8, 1, 1));
+    let expected = sbh * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    assert!(close(tensor, expected, 1e-12), "{tensor} vs {expected}");
+
+    let mut sp = strategy(8, 8, 1, 1);
+    sp.sequence_parallel = true;
+    let tensor_sequence = layer_activation_bytes(&spec, &sp);
+    assert!(close(
+        tensor_sequence,
+        sbh / t * (34.0 + 5.0 * a * s / h),
+        1e-12
+    ));
+
+    sp.recompute = Recompute::Selective;
+    let selective = layer_activation_bytes(&spec, &sp);
+    assert!(close(selective, 34.0 * sbh / t, 1e-12));
+
+    let mut full = strategy(8, 8, 1, 1);
+    full.recompute = Recompute::Full;
+    assert!(close(
+        layer_activation_bytes(&spec, &full),
+        2.0 * sbh,
+        1e-12
+    ));
+}
+
+#[test]
+fn flash_attention_removes_the_quadratic_term() {
+    let mut spec = spec(gpt(96, 12288, 96), 8, 64);
+    spec.train.flash_attention = true;
+    let (s, h, a) = (2048.0, 12288.0, 96.0);
+    let bytes = layer_activation_bytes(&spec, &strategy(64, 1, 1, 1));
+    // 34·sbh plus the fp32 log-sum-exp per row and head (4·a·s·b bytes).
+    assert!(close(bytes, s * h * 34.0 + 4.0 * a * s, 1e-12));
+}
+
+#[test]
+fn state_bytes_by_zero_stage() {
+    let model = gpt(24, 2048, 16);
+    let params = model.parameter_count().total as f64;
+    let spec = spec(model, 2, 64);
+    let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+    let n = 16.0;
+    let expected = [
+        (0, 2.0, 4.0, 12.0),
+        (1, 2.0, 4.0, 12.0 / n),
+        (2, 2.0, 4.0 / n, 12.0 / n),
+        (3, 4.0 / n, 4.0 / n, 8.0 / n),
+    ];
+    for (zero, weights, grads, optimizer) in expected {
+        let mut s = strategy(16, 1, 1, 1);
+        s.zero = zero;
+        let stage = cost.stage_cost(&s, 0, 24, Recompute::None, Offload::default());
+        let m = stage.memory;
+        assert!(
+            close(m.weights, weights * params, 1e-9),
+            "zero {zero} weights"
+        );
+        assert!(
+            close(m.gradients, grads * params, 1e-9),
+            "zero {zero} grads"
+        );
+        assert!(
+            close(m.optimizer, optimizer * params, 1e-9),
+            "zero {zero} opt"
+        );
+    }
+}
+
+#[test]
+fn tensor_parallel_ring_volume() {
+    // One node, 8-way tp, no latency: 4 all-reduces per layer (2 forward, 2 backward) of
+    // b·s·h bf16 activations, each moving 2(n−1)/n of the buffer at the NCCL efficiency.
+    let spec = spec(gpt(4, 4096, 32), 1, 8);
+    let cal = bare();
+    let model = CostModel::with_calibration(&spec, cal).unwrap();
+    let s = strategy(1, 8, 1, 1);
+    let est = model.estimate(&s).unwrap();
+    let bytes = 2048.0 * 4096.0 * 2.0;
+    let per_collective = 2.0 * 7.0 / 8.0 * bytes / (300e9 * cal.intra_node_comm_efficiency);
+    let m = 8.0;
+    let expected = m * 4.0 * 4.0 * per_collective;
+    assert!(close(est.time.tp_comm, expected, 1e-9));
+
+    // Full recompute repeats the forward's two all-reduces.
+    let mut full = s.clone();
+    full.recompute = Recompute::Full;
+    let est = model.estimate(&full).unwrap();
+    assert!(close(
+        est.time.tp_comm,
+        m * 4.0 * 6.0 * per_collective,
+        1e-9
+    ));
+}
+
+#[test]
+fn data_parallel_all_reduce_volume_across_nodes() {
+    // 16-way dp over two nodes: the ring runs 8 channels, one NIC each, so it moves
+    // 2(n−1)/n of the fp32 gradients at 8 × the per-GPU inter-node bandwidth.
+    let model_spec = gpt(2, 1024, 16);
+    let params = model_spec.parameter_count().total as f64;
+    let spec = spec(model_spec, 2, 16);
+    let cal = bare();
+    let model = CostModel::with_calibration(&spec, cal).unwrap();
+    let est = model.estimate(&strategy(16, 1, 1, 1)).unwrap();
+    let bandwidth =
+        (8.0 * 25e9 * cal.inter_node_comm_efficiency).min(300e9 * cal.intra_node_comm_efficiency);
+    let expected = 2.0 * 15.0 / 16.0 * 4.0 * params / bandwidth;
+    assert!(est.time.dp_comm > 0.0);
+    // The exposed part is the all-reduce less what hides behind the last backward.
+    assert!(est.time.dp_comm <= expected * (1.0 + 1e-9));
+    if cal.dp_overlap == 0.0 {
+        assert!(close(est.time.dp_comm, expected, 1e-9));
+    }
+}
+
+#[test]
+fn one_f_one_b_step_composition() {
+    let shape = PipelineShape {
+        sum_weight: 1.0,
+        max_weight: 7.0,
+    };
+    let stage = |microbatch_s: f64, tail_s: f64| StageCost {
+        microbatch_s,
+        tail_s,
+        ..StageCost::default()
+    };
+    // Uniform stages: (m + p − 1) slots of the stage time plus the largest tail.
+    let uniform = [
+        stage(1.0, 0.1),
+        stage(1.0, 0.3),
+        stage(1.0, 0.2),
+        stage(1.0, 0.1),
+    ];
+    assert!(close(
+        shape.step_time(&uniform),
+        (8.0 + 4.0 - 1.0) + 0.3,
+        1e-12
+    ));
+    // One slow stage dominates the steady state.
+    let uneven = [
+        stage(1.0, 0.0),
+        stage(2.0, 0.0),
+        stage(1.0, 0.0),
+        stage(1.0, 0.0),
+    ];
+    assert!(close(shape.step_time(&uneven), 5.0 + 7.0 * 2.0, 1e-12));
+}
+
+#[test]
+fn estimate_is_consistent_with_stage_costs_and_shape() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let mut s = strategy(1, 8, 8, 1);
+    s.interleave = 3;
+    s.sequence_parallel = true;
+    s.recompute = Recompute::Selective;
+    let shape = model.pipeline_shape(&s);
+    assert!(close(shape.sum_weight, 1.0 / 3.0, 1e-12));
+    assert!(close(shape.max_weight, 64.0 - 1.0 / 3.0, 1e-12));
+    let est = model.estimate(&s).unwrap();
+    let stages: Vec<StageCost> = est
+        .stages
+        .iter()
+        .map(|st| model.stage_cost(&s, st.stage, st.layers, s.recompute, s.offload))
+        .collect();
+    assert!(close(est.step_time_s, shape.step_time(&stages), 1e-12));
+    assert!(close(est.time.total(), est.step_time_s, 1e-9));
+    for stage in &est.stages {
+        assert!(close(stage.time.total(), est.step_time_s, 1e-9));
+    }
+}
+
+#[test]
+fn flops_follow_megatron_formulas() {
+    // GPT-3 175B on 64 A100s (Korthikanti's configuration).
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let (b, l, s, h, v) = (64.0, 96.0, 2048.0, 12288.0, 51200.0);
+    let model_flops = 72.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * h * l));
+    let full_flops = 96.0 * b * l * s * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * h * l));
+    let selective_flops = 72.0 * b * l * s * h * h * (1.0 + s / (3.0 * h) + v / (12.0 * h * l));
+    for (recompute, hardware) in [
+        (Recompute::Full, full_flops),
+        (Recompute::Selective, selective_flops),
+        (Recompute::None, model_flops),
+    ] {
+        let mut st = strategy(1, 8, 8, 1);
+        st.recompute = recompute;
+        let est = model.estimate(&st).unwrap();
+        let per_gpu = |flops: f64| flops / est.step_time_s / 64.0;
+        // Megatron's formula leaves out biases and norms: 0.03 % here.
+        assert!(close(
+            est.model_tflops_per_gpu * 1e12,
+            per_gpu(model_flops),
+            5e-4
+        ));
+        assert!(
+            close(est.hardware_tflops_per_gpu * 1e12, per_gpu(hardware), 5e-4),
+            "{recompute:?}: {} vs {}",
+            est.hardware_tflops_per_gpu * 1e12,
+            per_gpu(hardware)
+        );
+        assert!(close(est.mfu, per_gpu(model_flops) / 312e12, 5e-4));
+    }
+}
+
+#[test]
+fn korthikanti_175b_mfu_is_close_to_published() {
+    // Table 5 / README: 175B, tp 8, pp 8, interleave 3, selective + sp: MFU 51.4 %.
+    let mut spec = spec(gpt(96, 12288, 96), 8, 64);
+    spec.cluster.intra_node.latency = 5e-6;
+    spec.cluster.inter_node.latency = 10e-6;
+    let model = CostModel::new(&spec).unwrap();
+    let mut s = strategy(1, 8, 8, 1);
+    s.interleave = 3;
+    s.sequence_parallel = true;
+    s.recompute = Recompute::Selective;
+    let est = model.estimate(&s).unwrap();
+    assert!((est.mfu - 0.514).abs() < 0.03, "mfu {}", est.mfu);
+    assert!(est.fits);
+}
+
+#[test]
+fn invalid_inputs_are_errors_not_panics() {
+    let base = spec(gpt(96, 12288, 96), 8, 64);
+    let mut fp8 = base.clone();
+    fp8.train.precision = Precision::Fp8;
+    assert!(matches!(
+        CostModel::new(&fp8),
+        Err(CostError::InvalidSpec { .. })
+    ));
+    let model = CostModel::new(&base).unwrap();
+    let cases = [
+        strategy(2, 8, 8, 1),  // 128 ≠ 64 GPUs
+        strategy(1, 8, 8, 3),  // 64 sequences not divisible by 3
+        strategy(1, 64, 1, 1), // 96 heads not divisible by 64
+        strategy(1, 1, 64, 1), // ok shapes but 96 layers cannot fill... fine: 64 ≤ 96
+        strategy(0, 8, 8, 1),
+    ];
+    let results: Vec<bool> = cases.iter().map(|s| model.estimate(s).is_err()).collect();
+    assert_eq!(results, vec![true, true, true, false, true]);
+    let mut interleaved = strategy(1, 8, 8, 1);
+    interleaved.interleave = 13; // 8·13 = 104 chunks > 96 layers
+    let err = model.estimate(&interleaved).unwrap_err();
+    assert!(err.to_string().contains("96 layers"), "{err}");
+    let mut staged = strategy(1, 8, 8, 1);
+    staged.stages = Some(vec![12; 7]);
+    assert!(model.estimate(&staged).is_err());
+    let mut zeros = base.clone();
+    zeros.model.hidden = 0;
+    assert!(CostModel::new(&zeros).is_err());
+}
+
+#[test]
+fn renderings_are_deterministic() {
+    let spec = spec(gpt(24, 2048, 16), 1, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let s = strategy(8, 1, 1, 8);
+    let est = model.estimate(&s).unwrap();
+    let json = render_estimate_json(&est);
+    assert_eq!(json, render_estimate_json(&model.estimate(&s).unwrap()));
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["stages"].as_array().map(Vec::len), Some(1));
+    let table = render_estimate_table(&spec, &s, &est);
+    assert!(table.contains("step time"));
+    assert!(table.contains("MFU"));
+    assert_eq!(table, render_estimate_table(&spec, &s, &est));
+}
+
+#[test]
+fn overrides_rebuild_dp() {
+    let s = strategy(8, 1, 1, 1);
+    let over = StrategyOverrides {
+        tp: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(over.apply(&s, 8).dp, 4);
+}
+
+fn llama405b() -> ModelSpec {
+    ModelSpec {
+        name: "llama3-405b".into(),
+        layers: 126,
+        hidden: 16384,
+        heads: 128,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn_hidden: 53248,
+        vocab: 128256,
+        mlp: MlpKind::Swiglu,
+        norm: NormKind::Rmsnorm,
+        tie_embeddings: false,
+        bias: false,
+        max_seq_len: None,
+        position: PositionKind::Rope,
+        moe: None,
+    }
+}
+
+#[test]
+fn llama405b_on_sixteen_interleaved_stages() {
+    let mut spec = spec(llama405b(), 256, 2048);
+    spec.train.seq_len = 8192;
+    spec.train.flash_attention = true;
+    let model = CostModel::new(&spec).unwrap();
+    let mut s = strategy(16, 8, 16, 1);
+    s.interleave = 4;
+    s.sequence_parallel = true;
+    s.zero = 1;
+    s.recompute = Recompute::Full;
+    let est = model.estimate(&s).unwrap();
+    let layers: Vec<u64> = est.stages.iter().map(|st| st.layers).collect();
+    assert_eq!(layers.iter().sum::<u64>(), 126);
+    assert_eq!(layers.len(), 16);
+    // 64 chunks of 1–2 layers: the end devices hold the fewest.
+    assert!(layers[0] <= layers[1] && layers[15] <= layers[14]);
+    assert!(est.mfu > 0.2 && est.mfu < 0.7, "mfu {}", est.mfu);
+    assert!(est.time.bubble > 0.0);
+}
+
+#[test]
+fn mixture_of_experts_with_expert_parallelism() {
+    let mut model = llama405b();
+    model.name = "mixtral".into();
+    model.layers = 32;
+    model.hidden = 4096;
+    model.heads = 32;
+    model.head_dim = 128;
+    model.ffn_hidden = 14336;
+    model.vocab = 32000;
+    model.moe = Some(tessel_grammar::MoeSpec {
+        experts: 8,
+        top_k: 2,
+        every: 1,
+        expert_ffn_hidden: 14336,
+        shared_experts: 0,
+        capacity_factor: 1.0,
+        first_dense: 0,
+    });
+    let mut spec = spec(model, 8, 256);
+    spec.train.seq_len = 4096;
+    spec.train.flash_attention = true;
+    let cost = CostModel::new(&spec).unwrap();
+    let mut s = strategy(16, 2, 2, 1);
+    s.ep = 8;
+    s.zero = 1;
+    s.sequence_parallel = true;
+    let with_ep = cost.estimate(&s).unwrap();
+    assert!(with_ep.time.ep_comm > 0.0);
+    s.ep = 1;
+    let without = cost.estimate(&s).unwrap();
+    assert_eq!(without.time.ep_comm, 0.0);
+    // Expert parallelism shards the experts: less weight memory per GPU.
+    assert!(with_ep.stages[0].memory.weights < without.stages[0].memory.weights / 2.0);
+    s.ep = 3;
+    assert!(cost.estimate(&s).is_err());
+}
+
+#[test]
+fn cost_model_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CostModel>();
+}
+
+#[test]
+fn huge_degrees_are_rejected_without_overflow() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let mut s = strategy(u64::MAX, u64::MAX, u64::MAX, u64::MAX);
+    s.interleave = u64::MAX;
+    s.ep = u64::MAX;
+    assert!(model.estimate(&s).is_err());
+    assert_eq!(
+        tessel_symbolic::cost::spread_layers(10, u64::MAX, 2).len() as u64,
+        10
+    );
+}
+
+#[test]
+fn named_intermediates_evaluate_like_the_inlined_expressions() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::new(&spec).unwrap();
+    let (slots, inlined) = model.stage_cost_exprs();
+    assert_eq!(slots.len(), tessel_symbolic::cost::Slot::ALL.len());
+    for (zero, recompute, stage) in [
+        (0, Recompute::Full, 0),
+        (1, Recompute::Selective, 3),
+        (3, Recompute::Partial { full_layers: 2 }, 7),
+    ] {
+        let mut s = strategy(1, 8, 8, 1);
+        s.zero = zero;
+        s.interleave = 2;
+        let values = tessel_symbolic::cost::slot_values(&s, 64, stage, 12, recompute, s.offload);
+        let env = |symbol: &tessel_symbolic::Symbol| {
+            let index = slots.iter().position(|slot| slot == symbol).unwrap();
+            values[index]
+        };
+        let direct: Vec<f64> = inlined.iter().map(|expr| expr.eval(&env)).collect();
+        let staged = model.stage_outputs(&s, stage, 12, recompute, s.offload);
+        for (a, b) in direct.iter().zip(&staged) {
+            assert!(close(*a, *b, 1e-12), "{a} vs {b}");
+        }
+    }
+}
+
+/// Per-layer activation bytes held by pipeline device `stage` (the in-flight micro-batches
+/// times one layer's activations).
+fn held_per_layer(model: &CostModel, s: &Strategy, stage: u64) -> f64 {
+    let one = model.stage_cost(s, stage, 1, s.recompute, Offload::default());
+    let two = model.stage_cost(s, stage, 2, s.recompute, Offload::default());
+    two.memory.activations - one.memory.activations
+}
+
+#[test]
+fn in_flight_micro_batches_under_1f1b_and_interleaving() {
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let model = CostModel::with_calibration(&spec, bare()).unwrap();
+    let plain = strategy(1, 8, 8, 1);
+    let first = held_per_layer(&model, &plain, 0);
+    // Stage i of p holds min(p − i, m) micro-batches.
+    assert!(close(
+        held_per_layer(&model, &plain, 3),
+        first * 5.0 / 8.0,
+        1e-12
+    ));
+    assert!(close(held_per_layer(&model, &plain, 7), first / 8.0, 1e-12));
+    // Interleaving multiplies the first stage's by 1 + (p − 1)/(p·v) (Korthikanti et al.).
+    let mut interleaved = plain.clone();
+    interleaved.interleave = 3;
+    let factor = 1.0 + 7.0 / (8.0 * 3.0);
+    assert!(close(
+        held_per_layer(&model, &interleaved, 0),
+        first * factor,
+        1e-12
+    ));
+    // Fewer micro-batches than stages cap what is in flight.
+    let few = spec_with_batch(4);
+    let model = CostModel::with_calibration(&few, bare()).unwrap();
+    let per_layer = held_per_layer(&model, &plain, 0);
+    assert!(close(per_layer, first * 4.0 / 8.0, 1e-12));
+}
+
+fn spec_with_batch(global_batch: u64) -> Spec {
+    spec(gpt(96, 12288, 96), 8, global_batch)
+}
+
+/// A small deterministic generator (64-bit LCG) for input sweeps.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 >> 33
+    }
+
+    fn pick(&mut self, choices: &[u64]) -> u64 {
+        choices[(self.next() as usize) % choices.len()]
+    }
+}
+
+#[test]
+fn arbitrary_inputs_never_panic() {
+    let mut rng = Lcg(7);
+    let degrees = [0, 1, 1, 1, 2, 2, 4, 8, 8, 16, u64::MAX];
+    let (mut models, mut estimates) = (0, 0);
+    for _ in 0..20_000 {
+        let heads = rng.pick(&[0, 1, 8, 8, 96, 96]);
+        let hidden = rng.pick(&[0, 1024, 12288, 12288]);
+        let mut model = gpt(rng.pick(&[0, 1, 2, 7, 96, 96]), hidden, heads);
+        if rng.pick(&[0, 1, 2, 3]) == 0 {
+            model.kv_heads = rng.pick(&[0, 1, 8]);
+            model.head_dim = rng.pick(&[0, 64, 128]);
+        }
+        if rng.pick(&[0, 1, 2]) == 0 {
+            model.moe = Some(tessel_grammar::MoeSpec {
+                experts: rng.pick(&[0, 1, 8, 8]),
+                top_k: rng.pick(&[0, 1, 2, 2, 9]),
+                every: rng.pick(&[0, 1, 1, 2]),
+                expert_ffn_hidden: rng.pick(&[0, 1024, 1024]),
+                shared_experts: rng.pick(&[0, 1]),
+                capacity_factor: [f64::NAN, 0.0, 1.25, 1.25][rng.pick(&[0, 1, 2, 3]) as usize],
+                first_dense: rng.pick(&[0, 0, 1, 200]),
+            });
+        }
+        let nodes = rng.pick(&[0, 1, 8, 8, 64]);
+        let mut spec = spec(model, nodes, rng.pick(&[0, 1, 64, 1536, 1536]));
+        spec.train.seq_len = rng.pick(&[0, 1, 2048, 2048, 2048]);
+        spec.train.flash_attention = rng.pick(&[0, 1]) == 1;
+        spec.search.memory_limit = [0.95, 0.95, f64::NAN, -1.0][rng.pick(&[0, 1, 2, 3]) as usize];
+        let Ok(cost) = CostModel::new(&spec) else {
+            continue;
+        };
+        models += 1;
+        let (tp, pp, cp) = (rng.pick(&degrees), rng.pick(&degrees), rng.pick(&degrees));
+        let gpus = spec.cluster.total_gpus();
+        let model_parallel = tp.saturating_mul(pp).saturating_mul(cp).max(1);
+        let dp = if rng.pick(&[0, 1, 2]) > 0 {
+            gpus / model_parallel
+        } else {
+            rng.pick(&degrees)
+        };
+        let mut s = strategy(dp, tp, pp, rng.pick(&[0, 1, 1, 2, 3]));
+        s.cp = cp;
+        s.ep = rng.pick(&[1, 1, 1, 2, 8, 0]);
+        s.interleave = rng.pick(&[1, 1, 1, 2, 3, 0, u64::MAX]);
+        s.sequence_parallel = rng.pick(&[0, 1]) == 1;
+        s.zero = rng.pick(&[0, 1, 2, 3, 4]) as u8;
+        s.recompute = [
+            Recompute::None,
+            Recompute::Selective,
+            Recompute::Full,
+            Recompute::Partial { full_layers: 3 },
+        ][rng.pick(&[0, 1, 2, 3]) as usize];
+        s.offload.weights = [0.0, 0.0, 0.5, 2.0, f64::NAN][rng.pick(&[0, 1, 2, 3, 4]) as usize];
+        if rng.pick(&[0, 1, 2, 3]) == 0 {
+            s.stages = Some(vec![rng.pick(&[0, 1, 48]); rng.pick(&[0, 1, 2]) as usize]);
+        }
+        if let Ok(est) = cost.estimate(&s) {
+            estimates += 1;
+            assert!(est.step_time_s.is_finite() && est.step_time_s > 0.0);
+            assert!(est.peak_memory_gib.is_finite() && est.peak_memory_gib > 0.0);
+            let _ = render_estimate_table(&spec, &s, &est);
+            let _ = render_estimate_json(&est);
+        }
+        let _ = cost.stage_cost(
+            &s,
+            rng.pick(&degrees),
+            rng.pick(&degrees),
+            s.recompute,
+            s.offload,
+        );
+        let _ = cost.pipeline_shape(&s);
+    }
+    // The sweep reaches valid models and valid strategies, not only rejections.
+    assert!(
+        models > 1000 && estimates > 5,
+        "{models} models, {estimates} estimates"
+    );
+}
