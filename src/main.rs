@@ -10,6 +10,8 @@ use clap::Parser;
 enum Cli {
     /// Parse and validate a spec; print the model's size, FLOPs per token and the cluster.
     Check(cli::check::Args),
+    /// Predict step time, throughput, MFU and per-stage memory of one fixed configuration.
+    Estimate(cli::estimate::Args),
     /// Write a model block from another tool's model description.
     #[command(subcommand)]
     Import(cli::import::Source),
@@ -24,6 +26,7 @@ fn main() -> ExitCode {
     };
     match command {
         Cli::Check(args) => cli::check::run(&args),
+        Cli::Estimate(args) => cli::estimate::run(&args),
         Cli::Import(source) => cli::import::run(&source),
         Cli::Export(args) => cli::export::run(&args),
     }
