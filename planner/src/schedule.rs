@@ -160,7 +160,7 @@ impl PipelineSchedule {
         if stages == 1 {
             return Err(ScheduleError::InterleaveWithoutPipeline { chunks });
         }
-        if microbatches % stages != 0 {
+        if !microbatches.is_multiple_of(stages) {
             return Err(ScheduleError::MicrobatchesNotMultipleOfStages {
                 microbatches,
                 stages,
