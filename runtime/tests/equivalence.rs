@@ -445,3 +445,10 @@ fn zero_stages_shrink_per_rank_state() {
     assert_eq!(z1.device.weights, z0.device.weights);
     assert!(z3.device.weights < z0.device.weights);
 }
+
+#[test]
+fn results_do_not_depend_on_thread_timing() {
+    let m = moe_swiglu();
+    let s = base().dp(2).ep(2).tp(2).sp().zero(2).mb(2);
+    assert_bit_identical(&m, s.clone(), s);
+}

@@ -181,3 +181,34 @@ fn uneven_stage_sizes_are_honoured() {
         assert!(((x - y) / y).abs() < 1e-5);
     }
 }
+
+#[test]
+fn weight_accounting_matches_the_parameter_count() {
+    let dense = model();
+    let mut gelu = model();
+    gelu.mlp = MlpKind::Gelu;
+    gelu.norm = NormKind::Layernorm;
+    gelu.bias = true;
+    gelu.tie_embeddings = false;
+    gelu.position = PositionKind::Learned;
+    gelu.max_seq_len = Some(8);
+    let mut moe = model();
+    moe.moe = Some(tessel_grammar::MoeSpec {
+        experts: 4,
+        top_k: 2,
+        every: 2,
+        expert_ffn_hidden: 8,
+        shared_experts: 1,
+        capacity_factor: 1.0,
+        first_dense: 0,
+    });
+    for m in [dense, gelu, moe] {
+        let plan = ExecutionPlan::single_rank(&m, 2, 8).unwrap();
+        let r = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap();
+        assert_eq!(
+            r.peak_memory[0].device.weights,
+            4 * m.parameter_count().total,
+            "{m:?}"
+        );
+    }
+}
