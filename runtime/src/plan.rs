@@ -145,6 +145,21 @@ impl ExecutionPlan {
     /// Checks every divisibility the executor relies on.
     pub fn validate(&self, model: &ModelSpec) -> Result<(), RuntimeError> {
         let bad = |s: String| Err(RuntimeError::invalid_plan(s));
+        for (what, v) in [
+            ("dp", self.dp),
+            ("tp", self.tp),
+            ("pp", self.pp),
+            ("cp", self.cp),
+            ("ep", self.ep),
+            ("interleave", self.interleave),
+            ("microbatch", self.microbatch),
+            ("micro-batch count", self.microbatches),
+            ("sequence length", self.seq_len),
+        ] {
+            if v == 0 {
+                return bad(format!("{what} must be at least 1"));
+            }
+        }
         if self.zero > 3 {
             return bad(format!("ZeRO stage {} does not exist (0–3)", self.zero));
         }

@@ -307,8 +307,12 @@ fn zero1_dp4() {
 }
 
 #[test]
-fn tp4() {
+fn moe_swiglu_tp2_whole_batch() {
     assert_same_training(&moe_swiglu(), base().tp(2).mb(8));
+}
+
+#[test]
+fn tp4() {
     let mha = ModelSpec {
         kv_heads: 4,
         name: "tiny-gelu-mha".into(),

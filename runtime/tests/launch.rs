@@ -150,6 +150,25 @@ fn plans_that_do_not_fit_the_model_are_errors() {
 }
 
 #[test]
+fn hand_built_plans_are_validated() {
+    let m = model();
+    let mut plan = ExecutionPlan::single_rank(&m, 2, 8).unwrap();
+    plan.microbatches = 0;
+    let e = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the plan cannot run: micro-batch count must be at least 1"
+    );
+    let mut plan = ExecutionPlan::single_rank(&m, 2, 8).unwrap();
+    plan.chunk_layers = vec![(0, 1)];
+    let e = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the plan cannot run: stages hold 1 layers but the model has 2"
+    );
+}
+
+#[test]
 fn bad_models_are_errors_not_panics() {
     let plan = ExecutionPlan::single_rank(&model(), 2, 8).unwrap();
     let mut m = model();
