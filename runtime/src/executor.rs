@@ -167,13 +167,13 @@ impl<'a, B: Backend> Rank<'a, B> {
         let vs_last = plan.pp * plan.interleave - 1;
         let mut specs = Vec::new();
         if coords.pp == 0 {
-            specs.push(embedding_group(model, plan.seq_len));
+            specs.push(embedding_group(model, plan.seq_len, shard));
         }
         for layer in plan.stage_layers(coords.pp) {
             specs.extend(layer_groups(model, layer, shard));
         }
         if coords.pp == vs_last % plan.pp {
-            specs.push(head_group(model, coords.pp == 0));
+            specs.push(head_group(model, coords.pp == 0, shard));
         }
         let mut r = Rank {
             b,
@@ -500,7 +500,8 @@ impl<'a, B: Backend> Rank<'a, B> {
             let scale = 1.0 / (plan.global_batch() * plan.seq_len) as f32;
             let (loss, ctx) = embedding::forward_loss(&env, &self.values, &x, &targets, scale)?;
             self.release(&names);
-            if plan.sequence_parallel || self.coords.tp == 0 {
+            // Every tensor rank computes the same loss of all the micro-batch's tokens.
+            if self.coords.tp == 0 {
                 self.loss += loss;
             }
             pieces.push(Piece::Head(ctx));

@@ -209,6 +209,12 @@ impl ExecutionPlan {
         divides("attention heads", model.heads, "tp", self.tp)?;
         divides("key/value heads", model.kv_heads, "tp", self.tp)?;
         divides("ffn hidden", model.ffn_hidden, "tp", self.tp)?;
+        divides(
+            "vocabulary (vocab-parallel embedding)",
+            model.vocab,
+            "tp",
+            self.tp,
+        )?;
         divides("sequence length", self.seq_len, "cp", self.cp)?;
         if self.sequence_parallel {
             divides(

@@ -231,3 +231,16 @@ fn weight_accounting_matches_the_parameter_count() {
         );
     }
 }
+
+#[test]
+fn tensor_parallel_splits_everything_but_the_norms() {
+    let m = model();
+    let plan = ExecutionPlan::from_strategy(&m, &strategy(2, 1, 1), 2, 8).unwrap();
+    let r = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap();
+    // RMS norm weights (two per block and the final one) stay whole on every rank.
+    let norms = (2 * m.layers + 1) * m.hidden;
+    let expect = 4 * ((m.parameter_count().total - norms) / 2 + norms);
+    for mem in &r.peak_memory {
+        assert_eq!(mem.device.weights, expect);
+    }
+}

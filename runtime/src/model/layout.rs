@@ -290,10 +290,11 @@ pub fn layer_groups(model: &ModelSpec, layer: u64, s: ShardCoords) -> Vec<GroupS
     groups
 }
 
-/// Token (and learned position) embeddings of the first virtual stage.
-pub fn embedding_group(model: &ModelSpec, seq_len: u64) -> GroupSpec {
+/// Token (and learned position) embeddings of the first virtual stage. The token table is
+/// vocab-parallel: row blocks over the tensor group.
+pub fn embedding_group(model: &ModelSpec, seq_len: u64, s: ShardCoords) -> GroupSpec {
     let w = Init::Normal(WEIGHT_STD);
-    let mut params = vec![embedding_weight(model)];
+    let mut params = vec![vocab_parallel("embedding.weight", model, s)];
     if model.position == PositionKind::Learned {
         let rows = model.max_seq_len.unwrap_or(seq_len);
         params.push(
@@ -310,35 +311,30 @@ pub fn embedding_group(model: &ModelSpec, seq_len: u64) -> GroupSpec {
     group("embedding".into(), params, GroupKind::DataContext)
 }
 
-fn embedding_weight(model: &ModelSpec) -> ParamSpec {
+/// A `vocab × hidden` table split by vocabulary rows over the tensor group. Each rank sees
+/// every token for its rows, so its gradient is never partial over the tensor group.
+fn vocab_parallel(name: &str, model: &ModelSpec, s: ShardCoords) -> ParamSpec {
     ParamSpec::new(
-        "embedding.weight".into(),
+        name.into(),
         model.vocab,
         model.hidden,
-        Split::Replicated,
+        Split::Rows {
+            parts: s.tp,
+            index: s.tp_index,
+        },
         Init::Normal(WEIGHT_STD),
     )
-    .sequence_partial()
 }
 
-/// Final norm and output projection of the last virtual stage. With tied embeddings the
-/// projection is the embedding table: a copy when the first stage lives on another rank,
-/// nothing here when it lives on this one.
-pub fn head_group(model: &ModelSpec, embedding_on_this_rank: bool) -> GroupSpec {
+/// Final norm and vocab-parallel output projection of the last virtual stage. With tied
+/// embeddings the projection is the embedding table: a copy when the first stage lives on
+/// another rank, nothing here when it lives on this one.
+pub fn head_group(model: &ModelSpec, embedding_on_this_rank: bool, s: ShardCoords) -> GroupSpec {
     let mut params = norm_params(model, "final_norm");
     if !model.tie_embeddings {
-        params.push(
-            ParamSpec::new(
-                "head.weight".into(),
-                model.vocab,
-                model.hidden,
-                Split::Replicated,
-                Init::Normal(WEIGHT_STD),
-            )
-            .sequence_partial(),
-        );
+        params.push(vocab_parallel("head.weight", model, s));
     } else if !embedding_on_this_rank {
-        params.push(embedding_weight(model));
+        params.push(vocab_parallel("embedding.weight", model, s));
     }
     group("head".into(), params, GroupKind::DataContext)
 }
