@@ -456,3 +456,32 @@ fn results_do_not_depend_on_thread_timing() {
     let s = base().dp(2).ep(2).tp(2).sp().zero(2).mb(2);
     assert_bit_identical(&m, s.clone(), s);
 }
+
+#[test]
+fn fewer_microbatches_than_stages() {
+    assert_same_training(&gelu_layernorm(), base().pp(4).mb(4));
+}
+
+#[test]
+fn tied_tp2_sp_pp2_cp2_zero3() {
+    assert_same_training(
+        &gelu_layernorm(),
+        base().tp(2).sp().pp(2).cp(2).zero(3).mb(2),
+    );
+}
+
+#[test]
+fn moe_gelu_tp2_sp_pp2_interleaved_ep2_dp2_selective() {
+    assert_same_training(
+        &moe_gelu(),
+        base()
+            .tp(2)
+            .sp()
+            .pp(2)
+            .vpp(2)
+            .ep(2)
+            .dp(2)
+            .mb(1)
+            .recompute(Recompute::Selective),
+    );
+}
