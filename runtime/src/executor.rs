@@ -603,6 +603,9 @@ impl<'a, B: Backend> Rank<'a, B> {
             for p in self.groups[gi].spec.params.clone() {
                 let needs_tp = plan.sequence_parallel && plan.tp > 1 && p.sp_partial;
                 let needs_tie = model.tie_embeddings && plan.pp > 1 && p.name == "embedding.weight";
+                if p.tp_replicas > 1 {
+                    self.sum_over_replicas(&p)?;
+                }
                 if !needs_tp && !needs_tie {
                     continue;
                 }
@@ -633,6 +636,27 @@ impl<'a, B: Backend> Rank<'a, B> {
         self.grads.map.clear();
         self.memory.free(MemoryCategory::Grads, self.grad_bytes);
         self.grad_bytes = 0;
+        Ok(())
+    }
+
+    /// Sums the gradient of a block that `p.tp_replicas` consecutive tensor ranks hold, in
+    /// tensor-rank order, so every replica gets the same bits.
+    fn sum_over_replicas(&mut self, p: &ParamSpec) -> Result<(), RuntimeError> {
+        let b = self.b;
+        let (rows, cols) = p.local_shape();
+        let g = self
+            .grads
+            .map
+            .remove(&p.name)
+            .unwrap_or_else(|| b.zeros(rows, cols));
+        let all = b.all_gather(GroupKind::Tensor, &g)?;
+        let first = (self.coords.tp / p.tp_replicas) * p.tp_replicas;
+        let mut sum = b.zeros(rows, cols);
+        for member in first..first + p.tp_replicas {
+            let m = member as usize;
+            b.add_assign(&mut sum, &b.slice_rows(&all, m * rows, (m + 1) * rows));
+        }
+        self.grads.map.insert(p.name.clone(), sum);
         Ok(())
     }
 

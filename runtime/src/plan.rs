@@ -207,7 +207,11 @@ impl ExecutionPlan {
             }
         };
         divides("attention heads", model.heads, "tp", self.tp)?;
-        divides("key/value heads", model.kv_heads, "tp", self.tp)?;
+        if self.tp > model.kv_heads {
+            divides("tp", self.tp, "key/value heads", model.kv_heads)?;
+        } else {
+            divides("key/value heads", model.kv_heads, "tp", self.tp)?;
+        }
         divides("ffn hidden", model.ffn_hidden, "tp", self.tp)?;
         divides(
             "vocabulary (vocab-parallel embedding)",

@@ -485,3 +485,10 @@ fn moe_gelu_tp2_sp_pp2_interleaved_ep2_dp2_selective() {
             .recompute(Recompute::Selective),
     );
 }
+
+#[test]
+fn tp4_wider_than_the_key_value_heads() {
+    // Two key/value heads over four tensor ranks: each head is held by two ranks.
+    assert_same_training(&swiglu_rmsnorm(), base().tp(4).sp().mb(2));
+    assert_same_training(&gelu_layernorm(), base().tp(4).pp(2).mb(2));
+}

@@ -121,7 +121,16 @@ fn plans_that_do_not_fit_the_model_are_errors() {
             .unwrap_err()
             .to_string()
     };
-    assert!(err(strategy(4, 1, 1), 4).contains("tp = 4 does not divide key/value heads = 2"));
+    assert!(err(strategy(3, 1, 1), 4).contains("tp = 3 does not divide attention heads = 4"));
+    let mut mqa = model();
+    mqa.heads = 6;
+    mqa.kv_heads = 3;
+    let e = ExecutionPlan::from_strategy(&mqa, &strategy(2, 1, 1), 4, 8).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("tp = 2 does not divide key/value heads = 3"),
+        "{e}"
+    );
     assert!(err(strategy(1, 3, 1), 3).contains("2 layers cannot fill 3 pipeline stages"));
     assert!(
         err(strategy(1, 1, 3), 4).contains("global batch 4 is not a multiple of dp·microbatch = 3")

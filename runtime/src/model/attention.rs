@@ -33,7 +33,7 @@ fn shape<B: Backend>(env: &Env<B>) -> AttentionShape {
         kv_len: env.seq_chunk * env.cp,
         q_offset: env.position_offset(),
         heads: (m.heads as usize) / env.tp,
-        kv_heads: (m.kv_heads as usize) / env.tp,
+        kv_heads: ((m.kv_heads as usize) / env.tp).max(1),
         head_dim: m.head_dim as usize,
     }
 }

@@ -35,6 +35,10 @@ pub struct ParamSpec {
     /// Under sequence parallelism this parameter sees only the rank's share of tokens, so its
     /// gradient is summed over the tensor-parallel group.
     pub sp_partial: bool,
+    /// Tensor ranks holding the same block (key/value projections when the tensor group is
+    /// wider than the key/value heads, as Megatron replicates them); their gradients are summed
+    /// over those ranks. 1 = not replicated.
+    pub tp_replicas: u64,
 }
 
 impl ParamSpec {
@@ -46,6 +50,7 @@ impl ParamSpec {
             split,
             init,
             sp_partial: false,
+            tp_replicas: 1,
         }
     }
 
@@ -205,22 +210,22 @@ pub fn layer_groups(model: &ModelSpec, layer: u64, s: ShardCoords) -> Vec<GroupS
     let q = model.heads * model.head_dim;
     let kv = model.kv_heads * model.head_dim;
     let mut dense = norm_params(model, &format!("{p}.norm1"));
-    for (name, width) in [("q", q), ("k", kv), ("v", kv)] {
-        dense.push(ParamSpec::new(
-            format!("{p}.attn.w{name}"),
-            h,
-            width,
-            col,
-            w,
-        ));
+    // With more tensor ranks than key/value heads, each rank holds the one head its query
+    // heads read, shared by `kv_replicas` consecutive ranks.
+    let kv_replicas = (s.tp / model.kv_heads).max(1);
+    let kv_split = Split::Cols {
+        parts: s.tp / kv_replicas,
+        index: s.tp_index / kv_replicas,
+    };
+    for (name, width, split) in [("q", q, col), ("k", kv, kv_split), ("v", kv, kv_split)] {
+        let replicas = if name == "q" { 1 } else { kv_replicas };
+        let mut weight = ParamSpec::new(format!("{p}.attn.w{name}"), h, width, split, w);
+        weight.tp_replicas = replicas;
+        dense.push(weight);
         if model.bias {
-            dense.push(ParamSpec::new(
-                format!("{p}.attn.b{name}"),
-                1,
-                width,
-                col,
-                w,
-            ));
+            let mut bias = ParamSpec::new(format!("{p}.attn.b{name}"), 1, width, split, w);
+            bias.tp_replicas = replicas;
+            dense.push(bias);
         }
     }
     dense.push(ParamSpec::new(format!("{p}.attn.wo"), q, h, row, w));
