@@ -338,7 +338,6 @@ impl<'a, B: Backend> Rank<'a, B> {
             sequence_parallel: plan.sequence_parallel,
             cp: plan.cp as usize,
             cp_index: self.coords.cp as usize,
-            ep: plan.ep as usize,
             batch: plan.microbatch as usize,
             seq_chunk: (plan.seq_len / plan.cp) as usize,
         }

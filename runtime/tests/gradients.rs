@@ -261,7 +261,6 @@ fn check_block(model: &ModelSpec, layer: u64) {
         sequence_parallel: false,
         cp: 1,
         cp_index: 0,
-        ep: 1,
         batch: 2,
         seq_chunk: 3,
     };

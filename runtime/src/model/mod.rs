@@ -58,7 +58,6 @@ pub struct Env<'a, B: Backend> {
     pub sequence_parallel: bool,
     pub cp: usize,
     pub cp_index: usize,
-    pub ep: usize,
     /// Sequences in the micro-batch.
     pub batch: usize,
     /// Sequence positions this context-parallel rank holds.
