@@ -1,1 +1,2 @@
 //! Search, the MILP, pipeline schedules and plan files.
+pub mod schedule;

@@ -1,1 +1,23 @@
-//! The plan executor.
+//! The plan executor: device mesh and process groups, the model built from `ModelSpec`,
+//! sharded parameters, the per-rank instruction stream from the planner's schedule
+//! generator, backends (`cpu` always), memory accounting and Chrome traces.
+
+pub mod backend;
+pub mod data;
+pub mod error;
+pub mod executor;
+pub mod init;
+pub mod launch;
+pub mod memory;
+pub mod mesh;
+pub mod model;
+pub mod plan;
+pub mod scale;
+pub mod trace;
+
+pub use data::{DataSource, TokenWidth};
+pub use error::RuntimeError;
+pub use launch::{launch_cpu, LaunchOptions, LaunchReport, RankMemory};
+pub use memory::MemoryBreakdown;
+pub use plan::ExecutionPlan;
+pub use scale::scale_model;

@@ -1,0 +1,753 @@
+//! One rank's training loop: builds the rank's parameter shards, follows its pipeline
+//! instruction stream for every step, reduces gradients over the replicas (ZeRO 0–3) and
+//! applies Adam.
+
+use crate::backend::{AdamParams, Backend};
+use crate::data::TokenStream;
+use crate::error::RuntimeError;
+use crate::init::init_block;
+use crate::memory::{MemoryCategory, MemoryPeaks, MemoryTracker};
+use crate::mesh::{Coords, GroupKind, Mesh};
+use crate::model::block::{self, BlockCtx, Keep};
+use crate::model::embedding::{self, EmbedCtx, HeadCtx};
+use crate::model::layout::{
+    embedding_group, head_group, layer_groups, GroupSpec, ParamSpec, ShardCoords,
+};
+use crate::model::{Env, Grads, Values};
+use crate::plan::ExecutionPlan;
+use crate::trace::TraceEvent;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+use tessel_grammar::{ModelSpec, Recompute};
+use tessel_planner::schedule::{Instruction, MessageKind, PipelineSchedule};
+
+/// What every rank shares.
+pub struct RunSetup<'a> {
+    pub model: &'a ModelSpec,
+    pub plan: &'a ExecutionPlan,
+    pub schedule: &'a PipelineSchedule,
+    pub stream: &'a TokenStream,
+    pub steps: usize,
+    pub adam: AdamParams,
+    pub collect_parameters: bool,
+    pub start: Instant,
+}
+
+/// What a rank reports back.
+pub struct RankOutput {
+    pub rank: usize,
+    /// Global loss of each step (every rank holds the same values).
+    pub losses: Vec<f64>,
+    pub step_times: Vec<f64>,
+    pub peaks: MemoryPeaks,
+    pub events: Vec<TraceEvent>,
+    /// Local parameter shards after the last step (when asked for).
+    pub parameters: Vec<(ParamSpec, Vec<f32>)>,
+}
+
+struct GroupState<T> {
+    spec: GroupSpec,
+    len: usize,
+    padded: usize,
+    /// ZeRO-3: the owned slice of the flat parameter buffer.
+    shard: Option<T>,
+    adam_m: T,
+    adam_v: T,
+    /// Reduced gradient: the whole flat buffer (ZeRO 0–1) or this rank's slice (ZeRO 2–3).
+    reduced: Option<T>,
+}
+
+enum Piece<T> {
+    Embed(EmbedCtx),
+    Block(u64, BlockCtx<T>),
+    Head(HeadCtx<T>),
+}
+
+/// What a forward keeps for its backward, and the bytes it holds.
+type Stashed<T> = (Vec<Piece<T>>, u64);
+
+struct Rank<'a, B: Backend> {
+    b: &'a B,
+    rank: usize,
+    setup: &'a RunSetup<'a>,
+    mesh: Mesh,
+    coords: Coords,
+    groups: Vec<GroupState<B::Tensor>>,
+    values: Values<B::Tensor>,
+    grads: Grads<B::Tensor>,
+    grad_bytes: u64,
+    memory: MemoryTracker,
+    stash: HashMap<(u64, u64), Stashed<B::Tensor>>,
+    outbox: HashMap<(u64, u64), B::Tensor>,
+    inbox: HashMap<(u64, u64), B::Tensor>,
+    grad_inbox: HashMap<(u64, u64), B::Tensor>,
+    grad_outbox: HashMap<(u64, u64), B::Tensor>,
+    events: Vec<TraceEvent>,
+    loss: f64,
+    step: usize,
+    opt_step: u64,
+}
+
+pub fn run_rank<B: Backend>(
+    b: &B,
+    rank: usize,
+    setup: &RunSetup,
+) -> Result<RankOutput, RuntimeError> {
+    let mut r = Rank::new(b, rank, setup)?;
+    let mut losses = Vec::with_capacity(setup.steps);
+    let mut step_times = Vec::with_capacity(setup.steps);
+    for step in 0..setup.steps {
+        let t0 = Instant::now();
+        r.step = step;
+        r.loss = 0.0;
+        let stage = r.coords.pp as usize;
+        for instr in &setup.schedule.ranks[stage] {
+            r.execute(instr)?;
+        }
+        let total = b.all_reduce(GroupKind::World, &b.tensor(vec![r.loss as f32], 1, 1))?;
+        losses.push(f64::from(b.to_vec(&total)[0]));
+        step_times.push(t0.elapsed().as_secs_f64());
+    }
+    // Peaks of training only: collecting the parameters gathers ZeRO-3 shards.
+    let peaks = r.memory.peaks();
+    let parameters = if setup.collect_parameters {
+        r.parameters()?
+    } else {
+        Vec::new()
+    };
+    Ok(RankOutput {
+        rank,
+        losses,
+        step_times,
+        peaks,
+        events: r.events,
+        parameters,
+    })
+}
+
+fn keep_for(recompute: Recompute, position_in_stage: usize) -> Keep {
+    match recompute {
+        Recompute::None => Keep::Everything,
+        Recompute::Selective => Keep::AllButAttentionCore,
+        Recompute::Full => Keep::InputOnly,
+        Recompute::Partial { full_layers } if (position_in_stage as u64) < full_layers => {
+            Keep::InputOnly
+        }
+        Recompute::Partial { .. } => Keep::Everything,
+    }
+}
+
+fn message_tag(kind: MessageKind, microbatch: u64, sender_virtual_stage: u64) -> u64 {
+    let k = match kind {
+        MessageKind::Activation => 0,
+        MessageKind::Grad => 1,
+    };
+    k | (microbatch << 1) | (sender_virtual_stage << 40)
+}
+
+impl<'a, B: Backend> Rank<'a, B> {
+    fn new(b: &'a B, rank: usize, setup: &'a RunSetup<'a>) -> Result<Self, RuntimeError> {
+        let plan = setup.plan;
+        let model = setup.model;
+        let mesh = Mesh::new(plan);
+        let coords = mesh.coords(rank as u64);
+        let offload = &plan.offload[coords.pp as usize];
+        let memory = MemoryTracker::new([
+            offload.weights,
+            offload.gradients,
+            offload.optimizer,
+            offload.activations,
+        ]);
+        let shard = ShardCoords {
+            tp: plan.tp,
+            tp_index: coords.tp,
+            ep: plan.ep,
+            ep_index: coords.ep,
+        };
+        let vs_last = plan.pp * plan.interleave - 1;
+        let mut specs = Vec::new();
+        if coords.pp == 0 {
+            specs.push(embedding_group(model, plan.seq_len, shard));
+        }
+        for layer in plan.stage_layers(coords.pp) {
+            specs.extend(layer_groups(model, layer, shard));
+        }
+        if coords.pp == vs_last % plan.pp {
+            specs.push(head_group(model, coords.pp == 0, shard));
+        }
+        let mut r = Rank {
+            b,
+            rank,
+            setup,
+            mesh,
+            coords,
+            groups: Vec::new(),
+            values: BTreeMap::new(),
+            grads: Grads::default(),
+            grad_bytes: 0,
+            memory,
+            stash: HashMap::new(),
+            outbox: HashMap::new(),
+            inbox: HashMap::new(),
+            grad_inbox: HashMap::new(),
+            grad_outbox: HashMap::new(),
+            events: Vec::new(),
+            loss: 0.0,
+            step: 0,
+            opt_step: 0,
+        };
+        for spec in specs {
+            r.add_group(spec)?;
+        }
+        Ok(r)
+    }
+
+    fn zero(&self) -> u8 {
+        self.setup.plan.zero
+    }
+
+    fn add_group(&mut self, spec: GroupSpec) -> Result<(), RuntimeError> {
+        let b = self.b;
+        let seed = self.setup.plan.seed;
+        for p in &spec.params {
+            let (rows, cols) = p.local_shape();
+            let data = init_block(seed, &p.name, p.cols, p.row_range(), p.col_range(), p.init);
+            self.values
+                .insert(p.name.clone(), b.tensor(data, rows, cols));
+        }
+        let replicas = b.group_size(spec.replication);
+        let len: usize = spec.params.iter().map(|p| p.local_len()).sum();
+        let padded = len.div_ceil(replicas) * replicas;
+        let owned = if self.zero() >= 1 {
+            padded / replicas
+        } else {
+            padded
+        };
+        let mut state = GroupState {
+            spec,
+            len,
+            padded,
+            shard: None,
+            adam_m: b.zeros(owned, 1),
+            adam_v: b.zeros(owned, 1),
+            reduced: None,
+        };
+        self.memory
+            .alloc(MemoryCategory::Optimizer, 2 * (owned * 4) as u64);
+        if self.zero() == 3 {
+            let flat = self.flatten(&state, false)?;
+            let i = b.group_index(state.spec.replication);
+            state.shard = Some(b.slice_rows(&flat, i * owned, (i + 1) * owned));
+            for p in &state.spec.params {
+                self.values.remove(&p.name);
+            }
+            self.memory
+                .alloc(MemoryCategory::Weights, (owned * 4) as u64);
+        } else {
+            self.memory.alloc(MemoryCategory::Weights, (len * 4) as u64);
+        }
+        self.groups.push(state);
+        Ok(())
+    }
+
+    /// The group's parameters (or gradients) as one zero-padded `padded×1` column.
+    fn flatten(&self, g: &GroupState<B::Tensor>, grads: bool) -> Result<B::Tensor, RuntimeError> {
+        let b = self.b;
+        let mut parts = Vec::with_capacity(g.spec.params.len() + 1);
+        for p in &g.spec.params {
+            let source = if grads { &self.grads.map } else { &self.values };
+            let t = match source.get(&p.name) {
+                Some(t) => b.reshape(t, p.local_len(), 1),
+                None if grads => b.zeros(p.local_len(), 1),
+                None => {
+                    return Err(RuntimeError::InvalidModel {
+                        reason: format!("parameter {} is not materialised", p.name),
+                    })
+                }
+            };
+            parts.push(t);
+        }
+        if g.padded > g.len {
+            parts.push(b.zeros(g.padded - g.len, 1));
+        }
+        Ok(b.concat_rows(&parts.iter().collect::<Vec<_>>()))
+    }
+
+    fn unflatten(&mut self, gi: usize, flat: &B::Tensor) {
+        let b = self.b;
+        let mut offset = 0;
+        for p in &self.groups[gi].spec.params {
+            let (rows, cols) = p.local_shape();
+            let t = b.slice_rows(flat, offset, offset + rows * cols);
+            self.values
+                .insert(p.name.clone(), b.reshape(&t, rows, cols));
+            offset += rows * cols;
+        }
+    }
+
+    fn group_indices(&self, names: &[String]) -> Vec<usize> {
+        self.groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| names.contains(&g.spec.name))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn layer_group_names(layer: u64) -> Vec<String> {
+        vec![format!("layers.{layer}"), format!("layers.{layer}.experts")]
+    }
+
+    /// ZeRO-3: all-gather the full parameters of these groups before use.
+    fn materialize(&mut self, names: &[String]) -> Result<(), RuntimeError> {
+        if self.zero() < 3 {
+            return Ok(());
+        }
+        for gi in self.group_indices(names) {
+            let g = &self.groups[gi];
+            let shard = g.shard.as_ref().expect("ZeRO-3 keeps a shard");
+            let full = self.b.all_gather(g.spec.replication, shard)?;
+            self.memory
+                .alloc(MemoryCategory::Weights, (g.len * 4) as u64);
+            self.unflatten(gi, &full);
+        }
+        Ok(())
+    }
+
+    /// ZeRO-3: drop the gathered parameters again.
+    fn release(&mut self, names: &[String]) {
+        if self.zero() < 3 {
+            return;
+        }
+        for gi in self.group_indices(names) {
+            for p in &self.groups[gi].spec.params {
+                self.values.remove(&p.name);
+            }
+            self.memory
+                .free(MemoryCategory::Weights, (self.groups[gi].len * 4) as u64);
+        }
+    }
+
+    fn env(&self) -> Env<'a, B> {
+        let plan = self.setup.plan;
+        Env {
+            b: self.b,
+            model: self.setup.model,
+            tp: plan.tp as usize,
+            tp_index: self.coords.tp as usize,
+            sequence_parallel: plan.sequence_parallel,
+            cp: plan.cp as usize,
+            cp_index: self.coords.cp as usize,
+            batch: plan.microbatch as usize,
+            seq_chunk: (plan.seq_len / plan.cp) as usize,
+        }
+    }
+
+    /// Inputs and targets of micro-batch `mb` on this rank, batch-major over its positions.
+    fn microbatch_tokens(&self, mb: u64) -> (Vec<u32>, Vec<u32>) {
+        let plan = self.setup.plan;
+        let per_replica = plan.microbatch * plan.microbatches;
+        let sc = (plan.seq_len / plan.cp) as usize;
+        let start = self.coords.cp as usize * sc;
+        let mut inputs = Vec::new();
+        let mut targets = Vec::new();
+        for i in 0..plan.microbatch {
+            let index = self.coords.dp * per_replica + mb * plan.microbatch + i;
+            let seq = self.setup.stream.sequence(self.step, index as usize);
+            inputs.extend_from_slice(&seq[start..start + sc]);
+            targets.extend_from_slice(&seq[start + 1..start + sc + 1]);
+        }
+        (inputs, targets)
+    }
+
+    fn virtual_stage(&self, chunk: u64) -> u64 {
+        chunk * self.setup.plan.pp + self.coords.pp
+    }
+
+    fn last_virtual_stage(&self) -> u64 {
+        self.setup.plan.pp * self.setup.plan.interleave - 1
+    }
+
+    fn peer_rank(&self, stage: u64) -> usize {
+        self.mesh
+            .rank_of(stage, self.coords.dp, self.coords.cp, self.coords.tp) as usize
+    }
+
+    fn record(&mut self, name: String, category: &'static str, t0: Instant) {
+        let start = t0.duration_since(self.setup.start).as_secs_f64() * 1e6;
+        self.events.push(TraceEvent {
+            rank: self.rank,
+            name,
+            category,
+            start_us: start,
+            duration_us: t0.elapsed().as_secs_f64() * 1e6,
+        });
+    }
+
+    fn execute(&mut self, instr: &Instruction) -> Result<(), RuntimeError> {
+        let t0 = Instant::now();
+        let b = self.b;
+        match *instr {
+            Instruction::Forward { microbatch, chunk } => {
+                self.forward(microbatch, chunk)?;
+                self.record(format!("forward mb{microbatch} c{chunk}"), "forward", t0);
+            }
+            Instruction::Backward { microbatch, chunk } => {
+                self.backward(microbatch, chunk)?;
+                self.record(format!("backward mb{microbatch} c{chunk}"), "backward", t0);
+            }
+            Instruction::SendActivation {
+                microbatch,
+                chunk,
+                peer,
+            } => {
+                let t = self
+                    .outbox
+                    .remove(&(microbatch, chunk))
+                    .ok_or_else(|| missing("activation", microbatch, chunk))?;
+                let tag = message_tag(
+                    MessageKind::Activation,
+                    microbatch,
+                    self.virtual_stage(chunk),
+                );
+                b.send(self.peer_rank(peer), tag, &t)?;
+                self.record(format!("send act mb{microbatch}"), "comm", t0);
+            }
+            Instruction::RecvActivation {
+                microbatch,
+                chunk,
+                peer,
+            } => {
+                let tag = message_tag(
+                    MessageKind::Activation,
+                    microbatch,
+                    self.virtual_stage(chunk) - 1,
+                );
+                let t = b.recv(self.peer_rank(peer), tag)?;
+                self.inbox.insert((microbatch, chunk), t);
+                self.record(format!("recv act mb{microbatch}"), "comm", t0);
+            }
+            Instruction::SendGrad {
+                microbatch,
+                chunk,
+                peer,
+            } => {
+                let t = self
+                    .grad_outbox
+                    .remove(&(microbatch, chunk))
+                    .ok_or_else(|| missing("gradient", microbatch, chunk))?;
+                let tag = message_tag(MessageKind::Grad, microbatch, self.virtual_stage(chunk));
+                b.send(self.peer_rank(peer), tag, &t)?;
+                self.record(format!("send grad mb{microbatch}"), "comm", t0);
+            }
+            Instruction::RecvGrad {
+                microbatch,
+                chunk,
+                peer,
+            } => {
+                let tag = message_tag(MessageKind::Grad, microbatch, self.virtual_stage(chunk) + 1);
+                let t = b.recv(self.peer_rank(peer), tag)?;
+                self.grad_inbox.insert((microbatch, chunk), t);
+                self.record(format!("recv grad mb{microbatch}"), "comm", t0);
+            }
+            Instruction::ReduceGradients => {
+                self.reduce_gradients()?;
+                self.record("reduce gradients".into(), "comm", t0);
+            }
+            Instruction::OptimizerStep => {
+                self.optimizer_step()?;
+                self.record("optimizer step".into(), "optimizer", t0);
+            }
+        }
+        Ok(())
+    }
+
+    fn forward(&mut self, mb: u64, chunk: u64) -> Result<(), RuntimeError> {
+        let plan = self.setup.plan;
+        let vs = self.virtual_stage(chunk);
+        let env = self.env();
+        let (inputs, targets) = self.microbatch_tokens(mb);
+        let mut pieces = Vec::new();
+        let mut x = if vs == 0 {
+            let names = vec!["embedding".to_string()];
+            self.materialize(&names)?;
+            let (x, ctx) = embedding::forward(&env, &self.values, &inputs)?;
+            self.release(&names);
+            pieces.push(Piece::Embed(ctx));
+            x
+        } else {
+            self.inbox
+                .remove(&(mb, chunk))
+                .ok_or_else(|| missing("received activation", mb, chunk))?
+        };
+        let (start, end) = plan.chunk_layers[vs as usize];
+        let stage_layers = plan.stage_layers(self.coords.pp);
+        let recompute = plan.recompute[self.coords.pp as usize];
+        for layer in start..end {
+            let position = stage_layers.iter().position(|&l| l == layer).unwrap_or(0);
+            let names = Self::layer_group_names(layer);
+            self.materialize(&names)?;
+            let (y, ctx) =
+                block::forward(&env, &self.values, layer, &x, keep_for(recompute, position))?;
+            self.release(&names);
+            pieces.push(Piece::Block(layer, ctx));
+            x = y;
+        }
+        if vs == self.last_virtual_stage() {
+            let names = vec!["head".to_string(), "embedding".to_string()];
+            self.materialize(&names)?;
+            let scale = 1.0 / (plan.global_batch() * plan.seq_len) as f32;
+            let (loss, ctx) = embedding::forward_loss(&env, &self.values, &x, &targets, scale)?;
+            self.release(&names);
+            // Every tensor rank computes the same loss of all the micro-batch's tokens.
+            if self.coords.tp == 0 {
+                self.loss += loss;
+            }
+            pieces.push(Piece::Head(ctx));
+        } else {
+            self.outbox.insert((mb, chunk), x);
+        }
+        let bytes = self.pieces_bytes(&pieces);
+        self.memory.alloc(MemoryCategory::Activations, bytes);
+        self.stash.insert((mb, chunk), (pieces, bytes));
+        Ok(())
+    }
+
+    fn pieces_bytes(&self, pieces: &[Piece<B::Tensor>]) -> u64 {
+        pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Embed(_) => 0,
+                Piece::Block(_, c) => c.tensors().iter().map(|t| self.b.bytes(t)).sum(),
+                Piece::Head(c) => c.tensors().iter().map(|t| self.b.bytes(t)).sum(),
+            })
+            .sum()
+    }
+
+    fn backward(&mut self, mb: u64, chunk: u64) -> Result<(), RuntimeError> {
+        let vs = self.virtual_stage(chunk);
+        let env = self.env();
+        let (pieces, bytes) = self
+            .stash
+            .remove(&(mb, chunk))
+            .ok_or_else(|| missing("stashed forward", mb, chunk))?;
+        let mut dx = if vs == self.last_virtual_stage() {
+            None
+        } else {
+            Some(
+                self.grad_inbox
+                    .remove(&(mb, chunk))
+                    .ok_or_else(|| missing("received gradient", mb, chunk))?,
+            )
+        };
+        for piece in pieces.into_iter().rev() {
+            match piece {
+                Piece::Head(ctx) => {
+                    let names = vec!["head".to_string(), "embedding".to_string()];
+                    self.materialize(&names)?;
+                    dx = Some(embedding::backward_loss(
+                        &env,
+                        &self.values,
+                        &mut self.grads,
+                        &ctx,
+                    )?);
+                    self.release(&names);
+                }
+                Piece::Block(layer, ctx) => {
+                    let names = Self::layer_group_names(layer);
+                    self.materialize(&names)?;
+                    let d = dx
+                        .take()
+                        .ok_or_else(|| missing("output gradient", mb, chunk))?;
+                    dx = Some(block::backward(
+                        &env,
+                        &self.values,
+                        &mut self.grads,
+                        layer,
+                        ctx,
+                        &d,
+                    )?);
+                    self.release(&names);
+                }
+                Piece::Embed(ctx) => {
+                    let names = vec!["embedding".to_string()];
+                    self.materialize(&names)?;
+                    let d = dx
+                        .take()
+                        .ok_or_else(|| missing("output gradient", mb, chunk))?;
+                    embedding::backward(&env, &self.values, &mut self.grads, &ctx, &d)?;
+                    self.release(&names);
+                }
+            }
+        }
+        self.memory.free(MemoryCategory::Activations, bytes);
+        if vs > 0 {
+            let d = dx.ok_or_else(|| missing("input gradient", mb, chunk))?;
+            self.grad_outbox.insert((mb, chunk), d);
+        }
+        let now: u64 = self.grads.map.values().map(|t| self.b.bytes(t)).sum();
+        if now > self.grad_bytes {
+            self.memory
+                .alloc(MemoryCategory::Grads, now - self.grad_bytes);
+            self.grad_bytes = now;
+        }
+        Ok(())
+    }
+
+    fn reduce_gradients(&mut self) -> Result<(), RuntimeError> {
+        let b = self.b;
+        let plan = self.setup.plan;
+        let model = self.setup.model;
+        for gi in 0..self.groups.len() {
+            for p in self.groups[gi].spec.params.clone() {
+                let needs_tp = plan.sequence_parallel && plan.tp > 1 && p.sp_partial;
+                let needs_tie = model.tie_embeddings && plan.pp > 1 && p.name == "embedding.weight";
+                if p.tp_replicas > 1 {
+                    self.sum_over_replicas(&p)?;
+                }
+                if !needs_tp && !needs_tie {
+                    continue;
+                }
+                let (rows, cols) = p.local_shape();
+                let mut g = self
+                    .grads
+                    .map
+                    .remove(&p.name)
+                    .unwrap_or_else(|| b.zeros(rows, cols));
+                if needs_tp {
+                    g = b.all_reduce(GroupKind::Tensor, &g)?;
+                }
+                if needs_tie {
+                    g = b.all_reduce(GroupKind::Embedding, &g)?;
+                }
+                self.grads.map.insert(p.name.clone(), g);
+            }
+            let g = &self.groups[gi];
+            let flat = self.flatten(g, true)?;
+            let reduced = if self.zero() >= 2 {
+                b.reduce_scatter(g.spec.replication, &flat)?
+            } else {
+                b.all_reduce(g.spec.replication, &flat)?
+            };
+            self.memory.alloc(MemoryCategory::Grads, b.bytes(&reduced));
+            self.groups[gi].reduced = Some(reduced);
+        }
+        self.grads.map.clear();
+        self.memory.free(MemoryCategory::Grads, self.grad_bytes);
+        self.grad_bytes = 0;
+        Ok(())
+    }
+
+    /// Sums the gradient of a block that `p.tp_replicas` consecutive tensor ranks hold, in
+    /// tensor-rank order, so every replica gets the same bits.
+    fn sum_over_replicas(&mut self, p: &ParamSpec) -> Result<(), RuntimeError> {
+        let b = self.b;
+        let (rows, cols) = p.local_shape();
+        let g = self
+            .grads
+            .map
+            .remove(&p.name)
+            .unwrap_or_else(|| b.zeros(rows, cols));
+        let all = b.all_gather(GroupKind::Tensor, &g)?;
+        let first = (self.coords.tp / p.tp_replicas) * p.tp_replicas;
+        let mut sum = b.zeros(rows, cols);
+        for member in first..first + p.tp_replicas {
+            let m = member as usize;
+            b.add_assign(&mut sum, &b.slice_rows(&all, m * rows, (m + 1) * rows));
+        }
+        self.grads.map.insert(p.name.clone(), sum);
+        Ok(())
+    }
+
+    fn optimizer_step(&mut self) -> Result<(), RuntimeError> {
+        let b = self.b;
+        self.opt_step += 1;
+        let hp = self.setup.adam;
+        for gi in 0..self.groups.len() {
+            let grad = self.groups[gi]
+                .reduced
+                .take()
+                .ok_or_else(|| RuntimeError::InvalidPlan {
+                    reason: "optimizer step before the gradient reduction".into(),
+                })?;
+            self.memory.free(MemoryCategory::Grads, b.bytes(&grad));
+            let g = &self.groups[gi];
+            let replicas = b.group_size(g.spec.replication);
+            let index = b.group_index(g.spec.replication);
+            let owned = g.padded / replicas;
+            match self.zero() {
+                0 => {
+                    let mut flat = self.flatten(g, false)?;
+                    let g = &mut self.groups[gi];
+                    b.adam(
+                        &mut flat,
+                        &grad,
+                        &mut g.adam_m,
+                        &mut g.adam_v,
+                        hp,
+                        self.opt_step,
+                    );
+                    self.unflatten(gi, &flat);
+                }
+                1 | 2 => {
+                    let flat = self.flatten(g, false)?;
+                    let mut shard = b.slice_rows(&flat, index * owned, (index + 1) * owned);
+                    let grad = if self.zero() == 1 {
+                        b.slice_rows(&grad, index * owned, (index + 1) * owned)
+                    } else {
+                        grad
+                    };
+                    let replication = g.spec.replication;
+                    let g = &mut self.groups[gi];
+                    b.adam(
+                        &mut shard,
+                        &grad,
+                        &mut g.adam_m,
+                        &mut g.adam_v,
+                        hp,
+                        self.opt_step,
+                    );
+                    let full = b.all_gather(replication, &shard)?;
+                    self.unflatten(gi, &full);
+                }
+                _ => {
+                    let g = &mut self.groups[gi];
+                    let shard = g.shard.as_mut().expect("ZeRO-3 keeps a shard");
+                    b.adam(
+                        shard,
+                        &grad,
+                        &mut g.adam_m,
+                        &mut g.adam_v,
+                        hp,
+                        self.opt_step,
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn parameters(&mut self) -> Result<Vec<(ParamSpec, Vec<f32>)>, RuntimeError> {
+        let names: Vec<String> = self.groups.iter().map(|g| g.spec.name.clone()).collect();
+        self.materialize(&names)?;
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for p in &g.spec.params {
+                let t = self
+                    .values
+                    .get(&p.name)
+                    .ok_or_else(|| RuntimeError::InvalidModel {
+                        reason: format!("parameter {} missing at the end of the run", p.name),
+                    })?;
+                out.push((p.clone(), self.b.to_vec(t)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn missing(what: &str, mb: u64, chunk: u64) -> RuntimeError {
+    RuntimeError::InvalidPlan {
+        reason: format!("schedule out of order: no {what} for micro-batch {mb}, chunk {chunk}"),
+    }
+}

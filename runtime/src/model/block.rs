@@ -1,0 +1,235 @@
+//! A pre-norm decoder block: `h = x + Attn(Norm(x))`, `out = h + FFN(Norm(h))`, with the
+//! tensor-parallel regions entered by `gather_tp` and left by `reduce_tp`, and activation
+//! recompute choosing what the forward keeps.
+
+use super::{attention, mlp, moe, param, Env, Grads, Values};
+use crate::backend::Backend;
+use crate::error::RuntimeError;
+use tessel_grammar::NormKind;
+
+/// What a block's forward keeps for its backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    Everything,
+    /// Selective recompute: drop the attention probabilities.
+    AllButAttentionCore,
+    /// Full recompute: keep the input only and re-run the forward in the backward.
+    InputOnly,
+}
+
+enum FfnCtx<T> {
+    Dense(mlp::MlpCtx<T>),
+    Moe(Box<moe::MoeCtx<T>>),
+}
+
+pub struct Saved<T> {
+    x: T,
+    stats1: T,
+    h: T,
+    stats2: T,
+    attn: attention::AttnCtx<T>,
+    ffn: FfnCtx<T>,
+}
+
+pub enum BlockCtx<T> {
+    Saved(Box<Saved<T>>),
+    Input(T),
+}
+
+impl<T> BlockCtx<T> {
+    pub fn tensors(&self) -> Vec<&T> {
+        match self {
+            BlockCtx::Input(x) => vec![x],
+            BlockCtx::Saved(s) => {
+                let mut v = vec![&s.x, &s.stats1, &s.h, &s.stats2];
+                v.extend(s.attn.tensors());
+                match &s.ffn {
+                    FfnCtx::Dense(c) => v.extend(c.tensors()),
+                    FfnCtx::Moe(c) => v.extend(c.tensors()),
+                }
+                v
+            }
+        }
+    }
+}
+
+fn norm<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    prefix: &str,
+    x: &B::Tensor,
+) -> Result<(B::Tensor, B::Tensor), RuntimeError> {
+    let w = param(values, &format!("{prefix}.weight"))?;
+    let bias = values.get(&format!("{prefix}.bias"));
+    Ok(env.b.norm(env.model.norm, x, w, bias))
+}
+
+pub fn norm_backward<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    grads: &mut Grads<B::Tensor>,
+    prefix: &str,
+    x: &B::Tensor,
+    stats: &B::Tensor,
+    dy: &B::Tensor,
+) -> Result<B::Tensor, RuntimeError> {
+    let b = env.b;
+    let wname = format!("{prefix}.weight");
+    let has_bias = env.model.norm == NormKind::Layernorm;
+    let (dx, dw, db) = b.norm_backward(
+        env.model.norm,
+        x,
+        param(values, &wname)?,
+        stats,
+        dy,
+        has_bias,
+    );
+    grads.add(b, &wname, dw);
+    if let Some(db) = db {
+        grads.add(b, &format!("{prefix}.bias"), db);
+    }
+    Ok(dx)
+}
+
+pub(crate) fn add_bias<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    name: &str,
+    y: B::Tensor,
+) -> B::Tensor {
+    match values.get(name) {
+        Some(bias) => env.b.add_row(&y, bias),
+        None => y,
+    }
+}
+
+fn forward_saved<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    layer: u64,
+    x: &B::Tensor,
+    keep_probs: bool,
+) -> Result<(B::Tensor, Saved<B::Tensor>), RuntimeError> {
+    let b = env.b;
+    let p = format!("layers.{layer}");
+    let (n1, stats1) = norm(env, values, &format!("{p}.norm1"), x)?;
+    let (attn_partial, attn) = attention::forward(
+        env,
+        values,
+        &format!("{p}.attn"),
+        &env.gather_tp(&n1)?,
+        keep_probs,
+    )?;
+    let attn_out = add_bias(
+        env,
+        values,
+        &format!("{p}.attn.bo"),
+        env.reduce_tp(&attn_partial)?,
+    );
+    let h = b.add(x, &attn_out);
+    let (n2, stats2) = norm(env, values, &format!("{p}.norm2"), &h)?;
+    let n2_full = env.gather_tp(&n2)?;
+    let (ffn_partial, ffn) = if env.model.is_moe_layer(layer) {
+        let (y, c) = moe::forward(env, values, &format!("{p}.moe"), &n2_full)?;
+        (y, FfnCtx::Moe(Box::new(c)))
+    } else {
+        let (y, c) = mlp::forward(env, values, &format!("{p}.mlp"), &n2_full)?;
+        (y, FfnCtx::Dense(c))
+    };
+    let ffn_out = add_bias(
+        env,
+        values,
+        &format!("{p}.mlp.bo"),
+        env.reduce_tp(&ffn_partial)?,
+    );
+    let out = b.add(&h, &ffn_out);
+    Ok((
+        out,
+        Saved {
+            x: x.clone(),
+            stats1,
+            h,
+            stats2,
+            attn,
+            ffn,
+        },
+    ))
+}
+
+pub fn forward<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    layer: u64,
+    x: &B::Tensor,
+    keep: Keep,
+) -> Result<(B::Tensor, BlockCtx<B::Tensor>), RuntimeError> {
+    let (out, saved) = forward_saved(env, values, layer, x, keep == Keep::Everything)?;
+    let ctx = match keep {
+        Keep::InputOnly => BlockCtx::Input(saved.x),
+        _ => BlockCtx::Saved(Box::new(saved)),
+    };
+    Ok((out, ctx))
+}
+
+pub fn backward<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    grads: &mut Grads<B::Tensor>,
+    layer: u64,
+    ctx: BlockCtx<B::Tensor>,
+    dout: &B::Tensor,
+) -> Result<B::Tensor, RuntimeError> {
+    let b = env.b;
+    let s = match ctx {
+        BlockCtx::Saved(s) => *s,
+        BlockCtx::Input(x) => forward_saved(env, values, layer, &x, true)?.1,
+    };
+    let p = format!("layers.{layer}");
+    let bias_grad = |grads: &mut Grads<B::Tensor>, name: &str, d: &B::Tensor| {
+        if values.contains_key(name) {
+            grads.add(b, name, b.sum_rows(d));
+        }
+    };
+    bias_grad(grads, &format!("{p}.mlp.bo"), dout);
+    let dffn_full = env.gather_tp(dout)?;
+    let dn2_partial = match &s.ffn {
+        FfnCtx::Dense(c) => mlp::backward(env, values, grads, &format!("{p}.mlp"), c, &dffn_full)?,
+        FfnCtx::Moe(c) => moe::backward(env, values, grads, &format!("{p}.moe"), c, &dffn_full)?,
+    };
+    let dn2 = env.reduce_tp(&dn2_partial)?;
+    let dh = b.add(
+        dout,
+        &norm_backward(
+            env,
+            values,
+            grads,
+            &format!("{p}.norm2"),
+            &s.h,
+            &s.stats2,
+            &dn2,
+        )?,
+    );
+    bias_grad(grads, &format!("{p}.attn.bo"), &dh);
+    let dattn_full = env.gather_tp(&dh)?;
+    let dn1_partial = attention::backward(
+        env,
+        values,
+        grads,
+        &format!("{p}.attn"),
+        &s.attn,
+        &dattn_full,
+    )?;
+    let dn1 = env.reduce_tp(&dn1_partial)?;
+    Ok(b.add(
+        &dh,
+        &norm_backward(
+            env,
+            values,
+            grads,
+            &format!("{p}.norm1"),
+            &s.x,
+            &s.stats1,
+            &dn1,
+        )?,
+    ))
+}

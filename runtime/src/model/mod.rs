@@ -1,0 +1,147 @@
+//! The transformer built from a `ModelSpec`, written once against the backend trait: each
+//! piece has a forward that returns what its backward needs, and a backward that accumulates
+//! parameter gradients and returns the input gradient.
+
+pub mod attention;
+pub mod block;
+pub mod embedding;
+pub mod layout;
+pub mod mlp;
+pub mod moe;
+
+use crate::backend::Backend;
+use crate::error::RuntimeError;
+use crate::mesh::GroupKind;
+use std::collections::BTreeMap;
+use tessel_grammar::ModelSpec;
+
+pub type Values<T> = BTreeMap<String, T>;
+
+/// Parameter values by global name, failing with a clear error when one is missing.
+pub fn param<'a, T>(values: &'a Values<T>, name: &str) -> Result<&'a T, RuntimeError> {
+    values.get(name).ok_or_else(|| RuntimeError::InvalidModel {
+        reason: format!("parameter {name} is not held by this rank"),
+    })
+}
+
+/// Accumulated parameter gradients by global name.
+pub struct Grads<T> {
+    pub map: BTreeMap<String, T>,
+}
+
+impl<T> Default for Grads<T> {
+    fn default() -> Self {
+        Grads {
+            map: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: Clone> Grads<T> {
+    pub fn add<B: Backend<Tensor = T>>(&mut self, b: &B, name: &str, g: T) {
+        match self.map.get_mut(name) {
+            Some(acc) => b.add_assign(acc, &g),
+            None => {
+                self.map.insert(name.to_string(), g);
+            }
+        }
+    }
+}
+
+/// What a layer needs to know about where it runs: the backend, the model, the micro-batch
+/// shape, and this rank's place in the tensor, context and expert groups.
+pub struct Env<'a, B: Backend> {
+    pub b: &'a B,
+    pub model: &'a ModelSpec,
+    pub tp: usize,
+    pub tp_index: usize,
+    pub sequence_parallel: bool,
+    pub cp: usize,
+    pub cp_index: usize,
+    /// Sequences in the micro-batch.
+    pub batch: usize,
+    /// Sequence positions this context-parallel rank holds.
+    pub seq_chunk: usize,
+}
+
+impl<B: Backend> Env<'_, B> {
+    /// Tokens of one micro-batch on this context rank (before sequence-parallel sharding).
+    pub fn tokens(&self) -> usize {
+        self.batch * self.seq_chunk
+    }
+
+    fn sp_active(&self) -> bool {
+        self.sequence_parallel && self.tp > 1
+    }
+
+    /// Tokens held between blocks: a 1/tp share under sequence parallelism.
+    pub fn local_tokens(&self) -> usize {
+        if self.sp_active() {
+            self.tokens() / self.tp
+        } else {
+            self.tokens()
+        }
+    }
+
+    /// Entry of a tensor-parallel region: all-gather the sequence shards (sequence parallel)
+    /// or pass the replicated tokens through. Also the backward of [`Self::reduce_tp`].
+    pub fn gather_tp(&self, x: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
+        if self.sp_active() {
+            self.b.all_gather(GroupKind::Tensor, x)
+        } else {
+            Ok(x.clone())
+        }
+    }
+
+    /// Exit of a tensor-parallel region: sum the partial results, reduce-scattered over the
+    /// sequence (sequence parallel) or all-reduced. Also the backward of [`Self::gather_tp`].
+    pub fn reduce_tp(&self, x: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
+        if self.tp == 1 {
+            Ok(x.clone())
+        } else if self.sequence_parallel {
+            self.b.reduce_scatter(GroupKind::Tensor, x)
+        } else {
+            self.b.all_reduce(GroupKind::Tensor, x)
+        }
+    }
+
+    /// All-gathers keys or values over the context group into batch-major full sequences.
+    pub fn gather_cp(&self, x: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
+        if self.cp == 1 {
+            return Ok(x.clone());
+        }
+        let all = self.b.all_gather(GroupKind::Context, x)?;
+        let sc = self.seq_chunk;
+        let mut parts = Vec::with_capacity(self.batch * self.cp);
+        for b in 0..self.batch {
+            for c in 0..self.cp {
+                let start = (c * self.batch + b) * sc;
+                parts.push(self.b.slice_rows(&all, start, start + sc));
+            }
+        }
+        Ok(self.b.concat_rows(&parts.iter().collect::<Vec<_>>()))
+    }
+
+    /// Backward of [`Self::gather_cp`]: sums the full-sequence gradients over the context
+    /// group and keeps this rank's positions.
+    pub fn scatter_cp(&self, dx: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
+        if self.cp == 1 {
+            return Ok(dx.clone());
+        }
+        let sc = self.seq_chunk;
+        let mut parts = Vec::with_capacity(self.batch * self.cp);
+        for c in 0..self.cp {
+            for b in 0..self.batch {
+                let start = (b * self.cp + c) * sc;
+                parts.push(self.b.slice_rows(dx, start, start + sc));
+            }
+        }
+        let ordered = self.b.concat_rows(&parts.iter().collect::<Vec<_>>());
+        self.b.reduce_scatter(GroupKind::Context, &ordered)
+    }
+
+    /// Position of the first token this context rank holds in each sequence.
+    pub fn position_offset(&self) -> usize {
+        self.cp_index * self.seq_chunk
+    }
+}

@@ -1,0 +1,333 @@
+//! The CPU backend's backward passes against central finite differences: each op alone, and
+//! whole decoder blocks (dense gelu/layernorm, swiglu/rmsnorm with rotary positions, MoE).
+
+use tessel_grammar::{MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
+use tessel_runtime::backend::cpu::{CpuBackend, CpuTensor};
+use tessel_runtime::backend::shared_memory::World;
+use tessel_runtime::backend::{AttentionShape, Backend};
+use tessel_runtime::init::{init_block, Init};
+use tessel_runtime::mesh::Mesh;
+use tessel_runtime::model::block::{self, Keep};
+use tessel_runtime::model::layout::{layer_groups, ShardCoords};
+use tessel_runtime::model::{Env, Grads, Values};
+
+fn backend() -> CpuBackend {
+    let mesh = Mesh {
+        dp: 1,
+        tp: 1,
+        pp: 1,
+        cp: 1,
+        ep: 1,
+    };
+    CpuBackend::new(World::new(mesh), 0)
+}
+
+fn random(name: &str, rows: usize, cols: usize, std: f32) -> CpuTensor {
+    let data = init_block(
+        9,
+        name,
+        cols as u64,
+        (0, rows as u64),
+        (0, cols as u64),
+        Init::Normal(std),
+    );
+    CpuTensor { rows, cols, data }
+}
+
+fn dot(a: &CpuTensor, b: &CpuTensor) -> f64 {
+    a.data
+        .iter()
+        .zip(&b.data)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum()
+}
+
+/// Central differences of `f` at `x` for the listed entries.
+fn numeric(f: &dyn Fn(&CpuTensor) -> f64, x: &CpuTensor, entries: &[usize]) -> Vec<f64> {
+    let h = 1e-2f32;
+    entries
+        .iter()
+        .map(|&i| {
+            let mut p = x.clone();
+            p.data[i] += h;
+            let mut m = x.clone();
+            m.data[i] -= h;
+            (f(&p) - f(&m)) / (2.0 * f64::from(h))
+        })
+        .collect()
+}
+
+fn assert_close(analytic: &[f64], numeric: &[f64], what: &str) {
+    // f32 central differences carry ~1e-4 of rounding noise; gradients below that are zero.
+    let scale = numeric.iter().fold(1e-2f64, |m, x| m.max(x.abs()));
+    for (i, (a, n)) in analytic.iter().zip(numeric).enumerate() {
+        assert!(
+            (a - n).abs() <= 2e-2 * scale,
+            "{what}[{i}]: analytic {a} vs numeric {n}"
+        );
+    }
+}
+
+fn check(what: &str, f: &dyn Fn(&CpuTensor) -> f64, x: &CpuTensor, grad: &CpuTensor) {
+    let entries: Vec<usize> = (0..x.data.len()).step_by(1 + x.data.len() / 40).collect();
+    let analytic: Vec<f64> = entries.iter().map(|&i| f64::from(grad.data[i])).collect();
+    assert_close(&analytic, &numeric(f, x, &entries), what);
+}
+
+#[test]
+fn matmul_transposes_match_the_naive_product() {
+    let b = backend();
+    let a = random("a", 3, 5, 1.0);
+    let c = random("c", 5, 4, 1.0);
+    let naive = |i: usize, j: usize| {
+        (0..5)
+            .map(|k| a.data[i * 5 + k] * c.data[k * 4 + j])
+            .sum::<f32>()
+    };
+    let plain = b.matmul(&a, &c, false, false);
+    let at = b.tensor((0..15).map(|i| a.data[(i % 3) * 5 + i / 3]).collect(), 5, 3);
+    let ct = b.tensor((0..20).map(|i| c.data[(i % 5) * 4 + i / 5]).collect(), 4, 5);
+    let both = b.matmul(&at, &ct, true, true);
+    for i in 0..3 {
+        for j in 0..4 {
+            assert!((plain.data[i * 4 + j] - naive(i, j)).abs() < 1e-5);
+            assert!((both.data[i * 4 + j] - naive(i, j)).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn activations_and_norms() {
+    let b = backend();
+    let x = random("x", 4, 6, 1.0);
+    let r = random("r", 4, 6, 1.0);
+    let f = |y: &CpuTensor| dot(y, &r);
+    check("gelu", &|x| f(&b.gelu(x)), &x, &b.gelu_backward(&x, &r));
+    check("silu", &|x| f(&b.silu(x)), &x, &b.silu_backward(&x, &r));
+    let w = random("w", 1, 6, 1.0);
+    let bias = random("bias", 1, 6, 1.0);
+    for kind in [NormKind::Layernorm, NormKind::Rmsnorm] {
+        let (_, stats) = b.norm(kind, &x, &w, Some(&bias));
+        let (dx, dw, db) = b.norm_backward(kind, &x, &w, &stats, &r, true);
+        check(
+            "norm dx",
+            &|x| f(&b.norm(kind, x, &w, Some(&bias)).0),
+            &x,
+            &dx,
+        );
+        check(
+            "norm dw",
+            &|w| f(&b.norm(kind, &x, w, Some(&bias)).0),
+            &w,
+            &dw,
+        );
+        check(
+            "norm db",
+            &|bb| f(&b.norm(kind, &x, &w, Some(bb)).0),
+            &bias,
+            &db.unwrap(),
+        );
+    }
+}
+
+#[test]
+fn causal_grouped_query_attention() {
+    let b = backend();
+    // Two sequences, queries at positions 2..5 of a 6-long key sequence (a context shard),
+    // four query heads sharing two key/value heads.
+    let shape = AttentionShape {
+        batch: 2,
+        q_len: 3,
+        kv_len: 6,
+        q_offset: 2,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 3,
+    };
+    let q = random("q", 6, 12, 1.0);
+    let k = random("k", 12, 6, 1.0);
+    let v = random("v", 12, 6, 1.0);
+    let r = random("r", 6, 12, 1.0);
+    let (_, probs) = b.attention(shape, &q, &k, &v);
+    // Causality: query at position 2 sees keys 0..=2 only.
+    assert_eq!(probs.data[3..6], [0.0, 0.0, 0.0]);
+    let (dq, dk, dv) = b.attention_backward(shape, &q, &k, &v, &probs, &r);
+    check(
+        "dq",
+        &|q| dot(&b.attention(shape, q, &k, &v).0, &r),
+        &q,
+        &dq,
+    );
+    check(
+        "dk",
+        &|k| dot(&b.attention(shape, &q, k, &v).0, &r),
+        &k,
+        &dk,
+    );
+    check(
+        "dv",
+        &|v| dot(&b.attention(shape, &q, &k, v).0, &r),
+        &v,
+        &dv,
+    );
+}
+
+#[test]
+fn rope_backward_is_its_transpose_and_relative() {
+    let b = backend();
+    let x = random("x", 8, 8, 1.0);
+    let y = random("y", 8, 8, 1.0);
+    let fwd = b.rope(&x, 4, 4, 3, false);
+    let back = b.rope(&y, 4, 4, 3, true);
+    assert!((dot(&fwd, &y) - dot(&x, &back)).abs() < 1e-4);
+    // Rotations preserve norms.
+    assert!((dot(&fwd, &fwd) - dot(&x, &x)).abs() < 1e-3);
+}
+
+#[test]
+fn cross_entropy_gradient_and_value() {
+    let b = backend();
+    let logits = random("l", 3, 5, 1.0);
+    let targets = [1u32, 4, 0];
+    let (loss, grad) = b.cross_entropy(&logits, &targets, 0.5);
+    let mut expect = 0.0;
+    for (r, &t) in targets.iter().enumerate() {
+        let row = &logits.data[r * 5..r * 5 + 5];
+        let lse = row.iter().map(|&v| f64::from(v).exp()).sum::<f64>().ln();
+        expect += 0.5 * (lse - f64::from(row[t as usize]));
+    }
+    assert!((loss - expect).abs() < 1e-5);
+    check(
+        "dlogits",
+        &|l| b.cross_entropy(l, &targets, 0.5).0,
+        &logits,
+        &grad,
+    );
+}
+
+fn tiny(mlp: MlpKind, norm: NormKind, position: PositionKind, moe: Option<MoeSpec>) -> ModelSpec {
+    ModelSpec {
+        name: "tiny".into(),
+        layers: 2,
+        hidden: 8,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 2,
+        ffn_hidden: 12,
+        vocab: 16,
+        mlp,
+        norm,
+        tie_embeddings: false,
+        bias: true,
+        max_seq_len: Some(8),
+        position,
+        moe,
+    }
+}
+
+fn check_block(model: &ModelSpec, layer: u64) {
+    let b = backend();
+    let shard = ShardCoords {
+        tp: 1,
+        tp_index: 0,
+        ep: 1,
+        ep_index: 0,
+    };
+    let mut values: Values<CpuTensor> = Values::new();
+    for g in layer_groups(model, layer, shard) {
+        for p in g.params {
+            let (rows, cols) = p.local_shape();
+            // Spread the weights so that the check exercises every path with sizeable values.
+            let data = init_block(
+                1,
+                &p.name,
+                p.cols,
+                p.row_range(),
+                p.col_range(),
+                Init::Normal(0.5),
+            );
+            let data = match p.init {
+                Init::Constant(c) => data.iter().map(|v| v * 0.2 + c).collect(),
+                Init::Normal(_) => data,
+            };
+            values.insert(p.name.clone(), b.tensor(data, rows, cols));
+        }
+    }
+    let env = Env {
+        b: &b,
+        model,
+        tp: 1,
+        tp_index: 0,
+        sequence_parallel: false,
+        cp: 1,
+        cp_index: 0,
+        batch: 2,
+        seq_chunk: 3,
+    };
+    let x = random("x", 6, 8, 1.0);
+    let r = random("r", 6, 8, 1.0);
+    let loss = |values: &Values<CpuTensor>, x: &CpuTensor| {
+        let (y, _) = block::forward(&env, values, layer, x, Keep::Everything).unwrap();
+        dot(&y, &r)
+    };
+    let (_, ctx) = block::forward(&env, &values, layer, &x, Keep::Everything).unwrap();
+    let mut grads = Grads::default();
+    let dx = block::backward(&env, &values, &mut grads, layer, ctx, &r).unwrap();
+    check("block dx", &|x| loss(&values, x), &x, &dx);
+    for (name, g) in &grads.map {
+        let f = |p: &CpuTensor| {
+            let mut v = values.clone();
+            v.insert(name.clone(), p.clone());
+            loss(&v, &x)
+        };
+        check(name, &f, &values[name], g);
+    }
+    assert_eq!(
+        grads.map.len(),
+        values.len(),
+        "every parameter gets a gradient"
+    );
+}
+
+#[test]
+fn dense_gelu_layernorm_block() {
+    check_block(
+        &tiny(
+            MlpKind::Gelu,
+            NormKind::Layernorm,
+            PositionKind::Learned,
+            None,
+        ),
+        0,
+    );
+}
+
+#[test]
+fn swiglu_rmsnorm_rope_block() {
+    check_block(
+        &tiny(MlpKind::Swiglu, NormKind::Rmsnorm, PositionKind::Rope, None),
+        1,
+    );
+}
+
+#[test]
+fn moe_block() {
+    let moe = MoeSpec {
+        experts: 4,
+        top_k: 2,
+        every: 1,
+        expert_ffn_hidden: 6,
+        shared_experts: 1,
+        capacity_factor: 1.0,
+        first_dense: 0,
+    };
+    check_block(
+        &tiny(
+            MlpKind::Swiglu,
+            NormKind::Rmsnorm,
+            PositionKind::Rope,
+            Some(moe),
+        ),
+        1,
+    );
+}
