@@ -1,0 +1,230 @@
+//! Why nothing fits, and what would: the configuration that needs the least memory, the
+//! component that dominates it, the shortfall, and changes tried against the cost model.
+
+use std::fmt;
+
+use tessel_grammar::{Offload, Recompute, Spec};
+use tessel_symbolic::cost::MemoryBreakdown;
+
+use crate::bounds::{OuterProbe, Screening};
+use crate::cost_model::StageCostModel;
+use crate::space::{OuterConfig, StageOption};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// A change that was tried, and the memory it leads to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Suggestion {
+    pub change: String,
+    /// GiB the fullest stage then needs (an estimate where `estimated`).
+    pub need_gib: f64,
+    pub fits: bool,
+    /// True when the number comes from arithmetic on the breakdown rather than the cost model.
+    pub estimated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NothingFits {
+    pub capacity_gib: f64,
+    /// Least memory any configuration needs on its fullest stage (even split, leanest options).
+    pub least_need_gib: f64,
+    /// That configuration.
+    pub config: String,
+    pub stage: u64,
+    /// Its fullest stage's breakdown, GiB.
+    pub memory: MemoryBreakdown,
+    pub dominant: String,
+    pub short_by_gib: f64,
+    pub suggestions: Vec<Suggestion>,
+}
+
+impl fmt::Display for NothingFits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "no configuration fits in {:.1} GiB per GPU.",
+            self.capacity_gib
+        )?;
+        writeln!(
+            f,
+            "the least memory any configuration needs is {:.1} GiB (stage {} of {}), {:.1} GiB short;",
+            self.least_need_gib, self.stage, self.config, self.short_by_gib
+        )?;
+        let m = &self.memory;
+        writeln!(
+            f,
+            "{} dominate: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, buffers {:.1} GiB.",
+            self.dominant, m.weights, m.gradients, m.optimizer, m.activations, m.buffers
+        )?;
+        if self.suggestions.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "what would help:")?;
+        for s in &self.suggestions {
+            let verdict = if s.fits { "fits" } else { "still short" };
+            let about = if s.estimated { "about " } else { "" };
+            writeln!(
+                f,
+                "  - {}: needs {about}{:.1} GiB ({verdict})",
+                s.change, s.need_gib
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn dominant_component(memory: &MemoryBreakdown) -> &'static str {
+    let parts = [
+        ("weights", memory.weights),
+        ("gradients", memory.gradients),
+        ("optimizer states", memory.optimizer),
+        ("activations", memory.activations),
+        ("buffers", memory.buffers),
+    ];
+    parts
+        .iter()
+        .fold(
+            parts[0],
+            |best, part| if part.1 > best.1 { *part } else { best },
+        )
+        .0
+}
+
+fn in_gib(memory: &MemoryBreakdown) -> MemoryBreakdown {
+    MemoryBreakdown {
+        weights: memory.weights / GIB,
+        gradients: memory.gradients / GIB,
+        optimizer: memory.optimizer / GIB,
+        activations: memory.activations / GIB,
+        buffers: memory.buffers / GIB,
+    }
+}
+
+/// Peak bytes of the fullest stage at the even split.
+fn even_need(
+    spec: &Spec,
+    model: &dyn StageCostModel,
+    outer: OuterConfig,
+    option: &StageOption,
+) -> f64 {
+    let mut probe = OuterProbe::new(spec, model, outer);
+    probe
+        .probe(option)
+        .even
+        .iter()
+        .map(|cost| cost.memory.total())
+        .fold(0.0, f64::max)
+}
+
+/// Builds the explanation from the screening with the least need.
+pub fn explain(
+    spec: &Spec,
+    model: &dyn StageCostModel,
+    least: &Screening,
+    lean_option: &StageOption,
+) -> NothingFits {
+    let capacity = model.memory_capacity();
+    let outer = least.outer;
+    let memory = in_gib(&least.lean_memory);
+    let mut suggestions = Vec::new();
+    let mut try_change = |change: String, outer: OuterConfig, option: StageOption| {
+        let need = even_need(spec, model, outer, &option);
+        suggestions.push(Suggestion {
+            change,
+            need_gib: need / GIB,
+            fits: need <= capacity,
+            estimated: false,
+        });
+    };
+    if outer.zero < 3 && outer.dp * outer.cp > 1 {
+        try_change(
+            "ZeRO-3 (shard weights, gradients and optimizer states)".to_string(),
+            OuterConfig { zero: 3, ..outer },
+            *lean_option,
+        );
+    }
+    if lean_option.recompute != Recompute::Full {
+        try_change(
+            "full activation recompute".to_string(),
+            outer,
+            StageOption {
+                recompute: Recompute::Full,
+                ..*lean_option
+            },
+        );
+    }
+    let all_offload = Offload {
+        optimizer: 1.0,
+        weights: 1.0,
+        gradients: 1.0,
+        activations: 1.0,
+    };
+    if lean_option.offload != all_offload {
+        try_change(
+            "offload optimizer states, weights, gradients and activations to host memory"
+                .to_string(),
+            outer,
+            StageOption {
+                recompute: Recompute::Full,
+                offload: all_offload,
+            },
+        );
+    }
+    if outer.microbatch > 1 {
+        try_change(
+            "micro-batch of 1".to_string(),
+            OuterConfig {
+                microbatch: 1,
+                microbatches: outer.microbatches * outer.microbatch,
+                ..outer
+            },
+            *lean_option,
+        );
+    }
+    let state =
+        least.lean_memory.weights + least.lean_memory.gradients + least.lean_memory.optimizer;
+    let rest = least.lean_memory.total() - state;
+    if state > 0.0 && rest < capacity {
+        let factor = (state / (capacity - rest)).ceil().max(2.0);
+        let gpus = spec.cluster.total_gpus() as f64 * factor;
+        suggestions.push(Suggestion {
+            change: format!(
+                "{factor:.0}× the GPUs ({gpus:.0}), with the model state sharded over them"
+            ),
+            need_gib: (state / factor + rest) / GIB,
+            fits: true,
+            estimated: true,
+        });
+    }
+    let activations = least.lean_memory.activations;
+    let others = least.lean_memory.total() - activations;
+    if activations > 0.0 && others < capacity {
+        let fraction = (capacity - others) / activations;
+        if fraction < 1.0 {
+            let mut seq = spec.train.seq_len;
+            while seq > 1 && (seq as f64) > spec.train.seq_len as f64 * fraction {
+                seq /= 2;
+            }
+            let need = others + activations * seq as f64 / spec.train.seq_len as f64;
+            suggestions.push(Suggestion {
+                change: format!(
+                    "a sequence of {seq} tokens instead of {} (activations scale with it)",
+                    spec.train.seq_len
+                ),
+                need_gib: need / GIB,
+                fits: need <= capacity,
+                estimated: true,
+            });
+        }
+    }
+    NothingFits {
+        capacity_gib: capacity / GIB,
+        least_need_gib: least.lean_need / GIB,
+        config: format!("{} with {}", outer.label(), lean_option.label()),
+        stage: least.lean_stage,
+        memory,
+        dominant: dominant_component(&least.lean_memory).to_string(),
+        short_by_gib: (least.lean_need - capacity).max(0.0) / GIB,
+        suggestions,
+    }
+}
