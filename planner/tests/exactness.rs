@@ -57,10 +57,10 @@ fn instance(seed: u64) -> Spec {
         batch,
     );
     // Small models rarely need a pipeline; most instances insist on one so that the MILP decides.
-    if rng.next() % 4 != 0 {
+    if !rng.next().is_multiple_of(4) {
         spec.search.pp = Choice::Values(vec![2, 3, 4]);
     }
-    if rng.next() % 2 == 0 {
+    if rng.next().is_multiple_of(2) {
         spec.search.recompute = Choice::Values(vec![
             Recompute::None,
             Recompute::Full,
