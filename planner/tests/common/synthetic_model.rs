@@ -32,11 +32,13 @@ struct StageTimes {
     cp: f64,
     ep: f64,
     pp: f64,
+    /// Exposed ZeRO-3 weight gathers.
+    dp: f64,
 }
 
 impl StageTimes {
     fn total(&self) -> f64 {
-        self.compute + self.recompute + self.tp + self.cp + self.ep + self.pp
+        self.compute + self.recompute + self.tp + self.cp + self.ep + self.pp + self.dp
     }
 }
 
@@ -146,6 +148,15 @@ impl SyntheticModel {
                     / self.group_bandwidth(s.ep, s.tp * s.cp);
             }
         }
+        // ZeRO-3 gathers every layer's weights in forward, recompute-free backward and for the
+        // gradient reduce-scatter; about a third of it stays exposed.
+        let shard = s.dp * s.cp;
+        let mut dp = 0.0;
+        if s.zero >= 3 && shard > 1 {
+            let (block, _) = self.block_params(s);
+            let ring = (shard - 1) as f64 / shard as f64;
+            dp = 0.3 * 3.0 * layers_f * block * HALF * ring / self.group_bandwidth(shard, s.tp);
+        }
         let mut pp = 0.0;
         if s.pp > 1 {
             pp = 2.0 * s.interleave as f64 * activation_bytes
@@ -159,6 +170,7 @@ impl SyntheticModel {
             cp,
             ep,
             pp,
+            dp,
         }
     }
 
@@ -338,7 +350,7 @@ impl StageCostModel for SyntheticModel {
             cp_comm: mf * critical.cp,
             ep_comm: mf * critical.ep,
             pp_comm: mf * critical.pp,
-            dp_comm: tail.dp,
+            dp_comm: mf * critical.dp + tail.dp,
             offload: tail.offload,
             bubble: step - steady - costs[longest_tail].tail_s,
             optimizer: tail.optimizer,
