@@ -46,7 +46,7 @@ fn instance(seed: u64) -> Spec {
         mlp,
     );
     let gpus_per_node = rng.pick(&[2, 4, 8]);
-    let nodes = rng.pick(&[1, 2, 4]);
+    let nodes = rng.pick(&[1, 2, 4, 8]);
     let memory = rng.pick(&[1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 80.0]);
     let seq = rng.pick(&[1024, 2048, 4096]);
     let batch = rng.pick(&[8, 16, 32, 64]);
