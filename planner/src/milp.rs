@@ -222,3 +222,86 @@ fn initial_values(
     values.push((tail, max_tail));
     Some(values)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontier::{OptionFrontier, StagePoint};
+    use tessel_symbolic::cost::{MemoryBreakdown, PipelineShape, StageCost};
+
+    fn point(layers: u64, time: f64, tail: f64) -> StagePoint {
+        StagePoint {
+            layers,
+            cost: StageCost {
+                microbatch_s: time,
+                tail_s: tail,
+                memory: MemoryBreakdown::default(),
+            },
+        }
+    }
+
+    /// Two stages, 4 layers, the second stage carries a fixed 1.5 s (the logits). With 1F1B over
+    /// 4 micro-batches the step is `Σ t + 3·max t + max tail`.
+    fn problem() -> InnerProblem {
+        let first: Vec<StagePoint> = (1..=3).map(|l| point(l, l as f64, 0.0)).collect();
+        let last: Vec<StagePoint> = (1..=3).map(|l| point(l, l as f64 + 1.5, 0.0)).collect();
+        InnerProblem {
+            shape: PipelineShape {
+                sum_weight: 1.0,
+                max_weight: 3.0,
+            },
+            layers: 4,
+            options: vec![OptionFrontier {
+                option: 0,
+                stages: vec![first, last],
+            }],
+        }
+    }
+
+    #[test]
+    fn balances_a_heavier_last_stage() {
+        let solution = solve(&problem(), &MilpSettings::default(), None).expect("solved");
+        // Splits: (1,3) → 1 + 4.5 + 3·4.5 = 19; (2,2) → 2 + 3.5 + 3·3.5 = 16; (3,1) → 3 + 2.5 + 3·3 = 14.5.
+        assert_eq!(solution.points, vec![2, 0]);
+        assert_eq!(solution.status, SolverStatus::Optimal);
+        assert!(
+            (solution.objective - 14.5).abs() < 1e-5,
+            "{}",
+            solution.objective
+        );
+    }
+
+    #[test]
+    fn a_seed_does_not_change_the_optimum() {
+        let seed = Incumbent {
+            option: 0,
+            layers: vec![2, 2],
+        };
+        let solution = solve(&problem(), &MilpSettings::default(), Some(&seed)).expect("solved");
+        assert_eq!(solution.points, vec![2, 0]);
+    }
+
+    #[test]
+    fn the_larger_tail_counts_once() {
+        let mut p = problem();
+        // A long tail on the first stage's heavy points makes (2,2) best: 16 + 0 vs 14.5 + 2.
+        p.options[0].stages[0][2].cost.tail_s = 2.0;
+        let solution = solve(&p, &MilpSettings::default(), None).expect("solved");
+        assert_eq!(solution.points, vec![1, 1]);
+        assert!(
+            (solution.objective - 16.0).abs() < 1e-5,
+            "{}",
+            solution.objective
+        );
+    }
+
+    #[test]
+    fn no_split_is_infeasible() {
+        let mut p = problem();
+        p.layers = 7;
+        assert_eq!(
+            solve(&p, &MilpSettings::default(), None),
+            Err(MilpFailure::Infeasible)
+        );
+    }
+}

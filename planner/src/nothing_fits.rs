@@ -50,6 +50,13 @@ impl fmt::Display for NothingFits {
             "the least memory any configuration needs is {:.1} GiB (stage {} of {}), {:.1} GiB short;",
             self.least_need_gib, self.stage, self.config, self.short_by_gib
         )?;
+        if self.short_by_gib <= 0.0 {
+            writeln!(
+                f,
+                "it would fit with the most recompute and offload searched combined, but no single \
+                 searched option combines them; add such an option to the search space."
+            )?;
+        }
         let m = &self.memory;
         writeln!(
             f,
