@@ -22,6 +22,16 @@ pub enum PlanError {
     MissingField { field: String },
 }
 
+impl PlanError {
+    /// The CLI's exit status for this error: 2 when nothing fits, 1 for wrong input.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PlanError::NothingFits { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -103,3 +103,76 @@ pub fn option_frontier(
         stages,
     })
 }
+
+/// Whether every point of `a` is matched by a point of `b` at the same stage and layer count
+/// that is no slower and has no longer tail: any split under `a` is then at least as good
+/// under `b`.
+fn dominated_by(a: &OptionFrontier, b: &OptionFrontier) -> bool {
+    a.stages.iter().zip(&b.stages).all(|(ours, theirs)| {
+        ours.iter().all(|p| {
+            theirs.iter().any(|q| {
+                q.layers == p.layers
+                    && q.cost.microbatch_s <= p.cost.microbatch_s
+                    && q.cost.tail_s <= p.cost.tail_s
+            })
+        })
+    })
+}
+
+/// Drops options another option dominates on every stage (the Pareto filter of the shared
+/// stage option). Of options that dominate each other, the first in canonical order stays.
+pub fn drop_dominated(frontiers: Vec<OptionFrontier>) -> Vec<OptionFrontier> {
+    let keep: Vec<bool> = frontiers
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            !frontiers
+                .iter()
+                .enumerate()
+                .any(|(j, b)| j != i && dominated_by(a, b) && (j < i || !dominated_by(b, a)))
+        })
+        .collect();
+    frontiers
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(frontier, keep)| keep.then_some(frontier))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessel_symbolic::cost::MemoryBreakdown;
+
+    fn frontier(option: usize, times: &[(u64, f64)]) -> OptionFrontier {
+        let points = times
+            .iter()
+            .map(|&(layers, time)| StagePoint {
+                layers,
+                cost: StageCost {
+                    microbatch_s: time,
+                    tail_s: 0.0,
+                    memory: MemoryBreakdown::default(),
+                },
+            })
+            .collect::<Vec<_>>();
+        OptionFrontier {
+            option,
+            stages: vec![points.clone(), points],
+        }
+    }
+
+    #[test]
+    fn slower_options_with_no_extra_reach_are_dropped() {
+        let fast = frontier(0, &[(1, 1.0), (2, 2.0)]);
+        let slow = frontier(1, &[(1, 1.5), (2, 2.5)]);
+        // More layers fit under the slow option (it saves memory): it stays.
+        let lean = frontier(2, &[(1, 1.5), (2, 2.5), (3, 3.5)]);
+        let twin = frontier(3, &[(1, 1.0), (2, 2.0)]);
+        let kept: Vec<usize> = drop_dominated(vec![fast, slow, lean, twin])
+            .iter()
+            .map(|f| f.option)
+            .collect();
+        assert_eq!(kept, vec![0, 2]);
+    }
+}

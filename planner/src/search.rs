@@ -16,7 +16,7 @@ use tessel_symbolic::cost::StageCost;
 use crate::bounds::{leanest_envelope, screen, OptionProbe, OuterProbe, Screening};
 use crate::cost_model::StageCostModel;
 use crate::error::PlanError;
-use crate::frontier::{option_frontier, InnerProblem};
+use crate::frontier::{drop_dominated, option_frontier, InnerProblem, OptionFrontier};
 use crate::local_search::{improve_even_split, Split};
 use crate::milp::{self, Incumbent, MilpSettings};
 use crate::nothing_fits::explain;
@@ -156,7 +156,7 @@ fn solve_inner(
     let cutoff = incumbent
         .as_ref()
         .map_or(cutoff, |(_, split)| split.step.min(cutoff));
-    let frontiers: Vec<_> = refined
+    let frontiers: Vec<OptionFrontier> = refined
         .options
         .iter()
         .enumerate()
@@ -165,6 +165,7 @@ fn solve_inner(
             option_frontier(&mut probe, k, option, &refined.probes[k], cutoff)
         })
         .collect();
+    let frontiers = drop_dominated(frontiers);
     if frontiers.is_empty() {
         return InnerOutcome {
             solved: None,
