@@ -26,7 +26,7 @@ mod space;
 pub use cost_model::StageCostModel;
 pub use error::PlanError;
 pub use explain::render_explain;
-pub use layers::{even_split, layer_ranges};
+pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
 pub use nothing_fits::{NothingFits, Suggestion};
 pub use plan::{

@@ -209,7 +209,19 @@ impl Plan {
             sequence_parallel: self.config.sequence_parallel,
             zero: self.config.zero,
             offload: first.map_or(Offload::default(), |s| s.offload),
-            stages: Some(self.stages.iter().map(|s| s.layers).collect()),
+            stages: Some(self.chunk_layers()),
         }
+    }
+
+    /// Layers of every chunk in model order (what a strategy's `stages` holds), from the
+    /// stages' layer ranges.
+    pub fn chunk_layers(&self) -> Vec<u64> {
+        let mut ranges: Vec<[u64; 2]> = self
+            .stages
+            .iter()
+            .flat_map(|s| s.layer_ranges.iter().copied())
+            .collect();
+        ranges.sort();
+        ranges.iter().map(|[first, last]| last - first).collect()
     }
 }

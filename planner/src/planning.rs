@@ -3,11 +3,11 @@
 
 use std::time::Instant;
 
-use tessel_grammar::{Spec, Strategy};
+use tessel_grammar::{Recompute, Spec, Strategy};
 
 use crate::cost_model::StageCostModel;
 use crate::error::PlanError;
-use crate::layers::{even_split, layer_ranges};
+use crate::layers::{chunk_ranges, even_chunks, stage_chunks, stage_totals};
 use crate::losses::loss_reason;
 use crate::milp::MilpSettings;
 use crate::plan::{
@@ -59,12 +59,26 @@ fn config_of(outer: &OuterConfig) -> PlanConfig {
     }
 }
 
+/// Partial recompute of at least every layer of the fullest stage is full recompute, and of no
+/// layer is none; the cost model accepts only counts within the stages.
+fn canonical_recompute(recompute: Recompute, stage_layers: &[u64]) -> Recompute {
+    match recompute {
+        Recompute::Partial { full_layers: 0 } => Recompute::None,
+        Recompute::Partial { full_layers }
+            if full_layers >= stage_layers.iter().copied().max().unwrap_or(0) =>
+        {
+            Recompute::Full
+        }
+        other => other,
+    }
+}
+
 fn strategy_of(solved: &Solved) -> Strategy {
     solved.outer.strategy(
         "plan",
-        solved.option.recompute,
+        canonical_recompute(solved.option.recompute, &solved.stages),
         solved.option.offload,
-        Some(solved.stages.clone()),
+        Some(stage_chunks(&solved.stages, solved.outer.interleave)),
     )
 }
 
@@ -105,7 +119,7 @@ pub fn plan(
         let (loses_on, reason) = loss_reason(&best_estimate, &estimate);
         runners_up.push(RunnerUp {
             config: config_of(&solved.outer),
-            recompute: solved.option.recompute,
+            recompute: canonical_recompute(solved.option.recompute, &solved.stages),
             offload: solved.option.offload,
             stages: solved.stages.clone(),
             step_time_s: estimate.step_time_s,
@@ -180,11 +194,11 @@ fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
         ));
     }
     if let Some(stages) = &strategy.stages {
-        if stages.len() as u64 != strategy.pp {
+        let chunks = strategy.pp * strategy.interleave;
+        if stages.len() as u64 != chunks {
             return invalid(format!(
-                "`stages` lists {} stages but pp = {}",
-                stages.len(),
-                strategy.pp
+                "`stages` lists {} entries but pp·interleave = {chunks} (one per chunk)",
+                stages.len()
             ));
         }
         let total: u64 = stages.iter().sum();
@@ -194,11 +208,8 @@ fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
                 spec.model.layers
             ));
         }
-        if let Some(stage) = stages.iter().position(|&l| l < strategy.interleave) {
-            return invalid(format!(
-                "stage {stage} holds fewer layers than its {} interleaved chunks",
-                strategy.interleave
-            ));
+        if let Some(chunk) = stages.iter().position(|&l| l == 0) {
+            return invalid(format!("chunk {chunk} of `stages` holds no layer"));
         }
     }
     if strategy.zero > 3 {
@@ -207,8 +218,8 @@ fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// A plan file for a fixed strategy (`tessel plan --strategy NAME`). Layers are spread evenly
-/// when the strategy does not fix them.
+/// A plan file for a fixed strategy (`tessel plan --strategy NAME`). Its `stages`, when given,
+/// list the layers of every chunk (`pp·interleave` entries); otherwise layers are spread evenly.
 pub fn plan_fixed(
     spec: &Spec,
     model: &dyn StageCostModel,
@@ -217,7 +228,7 @@ pub fn plan_fixed(
     check_strategy(spec, strategy)?;
     let mut fixed = strategy.clone();
     if fixed.stages.is_none() {
-        fixed.stages = Some(even_split(
+        fixed.stages = Some(even_chunks(
             spec.model.layers,
             strategy.pp,
             strategy.interleave,
@@ -251,8 +262,9 @@ fn assemble(
     search: SearchStats,
     runners_up: Vec<RunnerUp>,
 ) -> Plan {
-    let stage_layers = strategy.stages.clone().unwrap_or_default();
-    let ranges = layer_ranges(&stage_layers, strategy.interleave);
+    let chunks = strategy.stages.clone().unwrap_or_default();
+    let stage_layers = stage_totals(&chunks, strategy.pp);
+    let ranges = chunk_ranges(&chunks, strategy.pp);
     let stages = stage_layers
         .iter()
         .zip(ranges)

@@ -232,7 +232,10 @@ pub fn outer_configs(spec: &Spec) -> (Vec<OuterConfig>, EnumerationCounts) {
     });
 
     for &tp in &tps {
-        if tp == 0 || !gpus.is_multiple_of(tp) {
+        let heads_split = tp > 0
+            && model.heads.is_multiple_of(tp)
+            && (model.kv_heads.is_multiple_of(tp) || tp.is_multiple_of(model.kv_heads));
+        if !heads_split || !gpus.is_multiple_of(tp) {
             counts.enumerated += 1;
             counts.rejected_divisibility += 1;
             continue;
@@ -246,7 +249,12 @@ pub fn outer_configs(spec: &Spec) -> (Vec<OuterConfig>, EnumerationCounts) {
         for &pp in &pps {
             for &cp in &cps {
                 let group = tp * pp * cp;
-                if pp == 0 || cp == 0 || pp > model.layers || !gpus.is_multiple_of(group) {
+                if pp == 0
+                    || cp == 0
+                    || pp > model.layers
+                    || !gpus.is_multiple_of(group)
+                    || !spec.train.seq_len.is_multiple_of(cp)
+                {
                     counts.enumerated += 1;
                     counts.rejected_divisibility += 1;
                     continue;

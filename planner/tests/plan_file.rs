@@ -219,14 +219,24 @@ fn fixed_strategy_plans_agree_with_estimate() {
         }
         other => panic!("expected an invalid strategy, got {other:?}"),
     }
+    assert_eq!(plan.strategy().stages, Some(vec![12; 8]));
     let bad_stages = Strategy {
-        stages: Some(vec![30, 30, 30, 30]),
-        ..strategy
+        stages: Some(vec![24, 24, 24, 24]),
+        ..strategy.clone()
     };
     assert!(matches!(
         plan_fixed(&spec, &model, &bad_stages),
         Err(PlanError::InvalidStrategy { .. })
     ));
+    let uneven = Strategy {
+        stages: Some(vec![11, 12, 12, 12, 12, 12, 12, 13]),
+        ..strategy
+    };
+    let plan = plan_fixed(&spec, &model, &uneven).expect("a plan");
+    let layers: Vec<u64> = plan.stages.iter().map(|s| s.layers).collect();
+    assert_eq!(layers, vec![23, 24, 24, 25]);
+    assert_eq!(plan.stages[3].layer_ranges, vec![[35, 47], [83, 96]]);
+    assert_eq!(plan.strategy().stages, uneven.stages);
 }
 
 #[test]

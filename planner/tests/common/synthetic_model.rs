@@ -4,7 +4,7 @@
 //! planner's bounds assume. It is not the project's calibrated cost model.
 
 use tessel_grammar::{Offload, Recompute, Spec, Strategy};
-use tessel_planner::{even_split, StageCostModel};
+use tessel_planner::{even_chunks, stage_totals, StageCostModel};
 use tessel_symbolic::cost::{
     Estimate, MemoryBreakdown, PipelineShape, StageCost, StageEstimate, TimeBreakdown,
 };
@@ -314,13 +314,19 @@ impl StageCostModel for SyntheticModel {
 
     fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String> {
         let s = strategy;
-        let stages = s
+        // `stages` lists the layers of every chunk, as the project's cost model reads it.
+        let chunks = s
             .stages
             .clone()
-            .unwrap_or_else(|| even_split(self.spec.model.layers, s.pp, s.interleave));
-        if stages.len() as u64 != s.pp {
-            return Err(format!("{} stages for pp = {}", stages.len(), s.pp));
+            .unwrap_or_else(|| even_chunks(self.spec.model.layers, s.pp, s.interleave));
+        if chunks.len() as u64 != s.pp * s.interleave {
+            return Err(format!(
+                "{} chunks for pp·interleave = {}",
+                chunks.len(),
+                s.pp * s.interleave
+            ));
         }
+        let stages = stage_totals(&chunks, s.pp);
         let costs: Vec<StageCost> = stages
             .iter()
             .enumerate()
