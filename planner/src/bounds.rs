@@ -10,7 +10,7 @@
 //! time, an upper bound.
 
 use tessel_grammar::{Offload, Recompute, Spec, Strategy};
-use tessel_symbolic::cost::{MemoryBreakdown, PipelineShape, StageCost};
+use tessel_symbolic::cost::{PipelineShape, StageCost};
 
 use crate::cost_model::StageCostModel;
 use crate::layers::even_split;
@@ -93,8 +93,20 @@ impl<'a> OuterProbe<'a> {
         cost.memory.total() <= self.capacity
     }
 
-    /// Bounds for one option (see the module comment).
+    /// Bounds for one option (see the module comment), with the even split's costs.
     pub fn probe(&mut self, option: &StageOption) -> OptionProbe {
+        self.probe_with(option, true, true)
+    }
+
+    /// Bounds for one option; `with_even` and `with_slopes` say whether to evaluate the even
+    /// split and the convexity slopes (without them `even` stays empty and the sum bound is
+    /// monotone only).
+    pub fn probe_with(
+        &mut self,
+        option: &StageOption,
+        with_even: bool,
+        with_slopes: bool,
+    ) -> OptionProbe {
         let pp = self.outer.pp;
         let largest = self.layers.div_ceil(pp);
         let lmin = min_stage_layers(self.layers, &self.outer);
@@ -116,10 +128,12 @@ impl<'a> OuterProbe<'a> {
                 seen.push((layers, cost));
                 cost
             };
-            let even_cost = cost_at(self, even_layers);
+            if with_even {
+                even.push(cost_at(self, even_layers));
+            }
             let least = cost_at(self, lmin);
             let at_largest = cost_at(self, largest);
-            let slope = (largest > lmin)
+            let slope = (with_slopes && largest > lmin)
                 .then(|| at_largest.microbatch_s - cost_at(self, largest - 1).microbatch_s);
             minimum_fits &= self.fits(&least);
             largest_time.push(at_largest.microbatch_s);
@@ -127,11 +141,8 @@ impl<'a> OuterProbe<'a> {
             slopes.push(slope);
             min_time.push(least.microbatch_s);
             tail_lower = tail_lower.max(least.tail_s);
-            even.push(even_cost);
         }
-        let even_step = even
-            .iter()
-            .all(|cost| self.fits(cost))
+        let even_step = (with_even && even.iter().all(|cost| self.fits(cost)))
             .then(|| self.shape.step_time(&even));
         let mut result = OptionProbe {
             even,
@@ -244,18 +255,12 @@ pub fn leanest_envelope(options: &[StageOption]) -> StageOption {
     StageOption { recompute, offload }
 }
 
-/// The first screening of an outer configuration: a lower bound on its step time, whether it can
-/// fit at all, and how much memory its leanest even split needs (for explanations).
+/// The first screening of an outer configuration: a lower bound on its step time, `None` when
+/// no split of any option can fit.
 #[derive(Clone, Debug)]
 pub struct Screening {
     pub outer: OuterConfig,
-    /// `None` when no split of any option can fit.
     pub lower: Option<f64>,
-    /// Peak bytes of the fullest stage at the even split with the leanest option.
-    pub lean_need: f64,
-    /// That stage and its breakdown.
-    pub lean_stage: u64,
-    pub lean_memory: MemoryBreakdown,
     pub evaluations: u64,
 }
 
@@ -266,20 +271,15 @@ pub fn screen(
     options: &[StageOption],
 ) -> Screening {
     let mut probe = OuterProbe::new(spec, model, outer);
-    let fast = probe.probe(&fastest_envelope());
-    let lean_option = leanest_envelope(options);
-    let lean = probe.probe(&lean_option);
-    let (lean_stage, lean_cost) =
-        lean.even
-            .iter()
-            .enumerate()
-            .fold((0, StageCost::default()), |best, (stage, cost)| {
-                if cost.memory.total() > best.1.memory.total() {
-                    (stage as u64, *cost)
-                } else {
-                    best
-                }
-            });
+    let lean = probe.probe_with(&leanest_envelope(options), false, false);
+    if !lean.minimum_fits || !lean.largest_fits.iter().any(|fits| *fits) {
+        return Screening {
+            outer,
+            lower: None,
+            evaluations: probe.evaluations,
+        };
+    }
+    let fast = probe.probe_with(&fastest_envelope(), false, true);
     // Time from the fastest envelope, feasibility from the leanest: the stage holding at least
     // ⌈layers/pp⌉ layers must fit there with some option, hence with the leanest, and is at
     // least as slow as the fastest envelope there.
@@ -294,9 +294,6 @@ pub fn screen(
     Screening {
         outer,
         lower,
-        lean_need: lean_cost.memory.total(),
-        lean_stage,
-        lean_memory: lean_cost.memory,
         evaluations: probe.evaluations,
     }
 }

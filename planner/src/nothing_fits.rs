@@ -6,7 +6,7 @@ use std::fmt;
 use tessel_grammar::{Offload, Recompute, Spec};
 use tessel_symbolic::cost::MemoryBreakdown;
 
-use crate::bounds::{OuterProbe, Screening};
+use crate::bounds::OuterProbe;
 use crate::cost_model::StageCostModel;
 use crate::space::{OuterConfig, StageOption};
 
@@ -123,16 +123,52 @@ fn even_need(
         .fold(0.0, f64::max)
 }
 
-/// Builds the explanation from the screening with the least need.
+/// The memory an outer configuration needs at its even split with its leanest option.
+#[derive(Clone, Debug)]
+pub struct LeanNeed {
+    pub outer: OuterConfig,
+    /// Peak bytes of the fullest stage.
+    pub need: f64,
+    pub stage: u64,
+    pub memory: MemoryBreakdown,
+}
+
+pub fn lean_need(
+    spec: &Spec,
+    model: &dyn StageCostModel,
+    outer: OuterConfig,
+    lean_option: &StageOption,
+) -> LeanNeed {
+    let mut probe = OuterProbe::new(spec, model, outer);
+    let costs = probe.probe_with(lean_option, true, false).even;
+    let (stage, cost) = costs.iter().enumerate().fold(
+        (0, costs.first().copied().unwrap_or_default()),
+        |best, (stage, cost)| {
+            if cost.memory.total() > best.1.memory.total() {
+                (stage as u64, *cost)
+            } else {
+                best
+            }
+        },
+    );
+    LeanNeed {
+        outer,
+        need: cost.memory.total(),
+        stage,
+        memory: cost.memory,
+    }
+}
+
+/// Builds the explanation from the configuration with the least need.
 pub fn explain(
     spec: &Spec,
     model: &dyn StageCostModel,
-    least: &Screening,
+    least: &LeanNeed,
     lean_option: &StageOption,
 ) -> NothingFits {
     let capacity = model.memory_capacity();
     let outer = least.outer;
-    let memory = in_gib(&least.lean_memory);
+    let memory = in_gib(&least.memory);
     let mut suggestions = Vec::new();
     let mut try_change = |change: String, outer: OuterConfig, option: StageOption| {
         let need = even_need(spec, model, outer, &option);
@@ -188,9 +224,8 @@ pub fn explain(
             *lean_option,
         );
     }
-    let state =
-        least.lean_memory.weights + least.lean_memory.gradients + least.lean_memory.optimizer;
-    let rest = least.lean_memory.total() - state;
+    let state = least.memory.weights + least.memory.gradients + least.memory.optimizer;
+    let rest = least.memory.total() - state;
     if state > 0.0 && rest < capacity {
         let factor = (state / (capacity - rest)).ceil().max(2.0);
         let gpus = spec.cluster.total_gpus() as f64 * factor;
@@ -203,8 +238,8 @@ pub fn explain(
             estimated: true,
         });
     }
-    let activations = least.lean_memory.activations;
-    let others = least.lean_memory.total() - activations;
+    let activations = least.memory.activations;
+    let others = least.memory.total() - activations;
     if activations > 0.0 && others < capacity {
         let fraction = (capacity - others) / activations;
         if fraction < 1.0 {
@@ -226,12 +261,12 @@ pub fn explain(
     }
     NothingFits {
         capacity_gib: capacity / GIB,
-        least_need_gib: least.lean_need / GIB,
+        least_need_gib: least.need / GIB,
         config: format!("{} with {}", outer.label(), lean_option.label()),
-        stage: least.lean_stage,
+        stage: least.stage,
         memory,
-        dominant: dominant_component(&least.lean_memory).to_string(),
-        short_by_gib: (least.lean_need - capacity).max(0.0) / GIB,
+        dominant: dominant_component(&least.memory).to_string(),
+        short_by_gib: (least.need - capacity).max(0.0) / GIB,
         suggestions,
     }
 }

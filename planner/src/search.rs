@@ -19,7 +19,7 @@ use crate::error::PlanError;
 use crate::frontier::{drop_dominated, option_frontier, InnerProblem, OptionFrontier};
 use crate::local_search::{improve_even_split, Split};
 use crate::milp::{self, Incumbent, MilpSettings};
-use crate::nothing_fits::explain;
+use crate::nothing_fits::{explain, lean_need, LeanNeed};
 use crate::plan::{SearchStats, SolverStatus};
 use crate::space::{outer_configs, stage_options, OuterConfig, StageOption};
 
@@ -332,11 +332,18 @@ pub fn search(
     solved.sort_by(total_order);
     solved.truncate(keep);
     if solved.is_empty() {
-        let least = screenings
+        let needs: Vec<LeanNeed> = configs
+            .par_iter()
+            .map(|outer| {
+                let lean = leanest_envelope(&stage_options(spec, outer));
+                lean_need(spec, model, *outer, &lean)
+            })
+            .collect();
+        let least = needs
             .iter()
             .min_by(|a, b| {
-                a.lean_need
-                    .total_cmp(&b.lean_need)
+                a.need
+                    .total_cmp(&b.need)
                     .then_with(|| a.outer.cmp(&b.outer))
             })
             .ok_or_else(|| PlanError::EmptySearchSpace {
