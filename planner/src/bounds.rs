@@ -26,6 +26,7 @@ pub fn min_stage_layers(layers: u64, outer: &OuterConfig) -> u64 {
 }
 
 /// Costs of every stage at a few layer counts, for one option.
+#[derive(Clone, Debug)]
 pub struct OptionProbe {
     /// Stage costs at the even split.
     pub even: Vec<StageCost>,
@@ -168,6 +169,22 @@ impl<'a> OuterProbe<'a> {
 }
 
 impl OptionProbe {
+    /// An option left out because its group's bound cannot reach the top: no bound, no split.
+    pub fn skipped() -> OptionProbe {
+        OptionProbe {
+            even: Vec::new(),
+            even_step: None,
+            lower: None,
+            min_time: Vec::new(),
+            largest_time: Vec::new(),
+            largest_fits: Vec::new(),
+            slopes: Vec::new(),
+            largest: 0,
+            minimum_fits: false,
+            tail_lower: 0.0,
+        }
+    }
+
     /// Lower bound on the step time of any split, with `fits` telling which stages can hold
     /// `⌈layers/pp⌉` layers (see the module comment); `None` when no split can fit.
     pub fn step_lower(

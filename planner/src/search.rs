@@ -10,10 +10,12 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use tessel_grammar::Spec;
+use tessel_grammar::{Offload, Recompute, Spec};
 use tessel_symbolic::cost::StageCost;
 
-use crate::bounds::{leanest_envelope, screen, OptionProbe, OuterProbe, Screening};
+use crate::bounds::{
+    leanest_envelope, min_stage_layers, screen, OptionProbe, OuterProbe, Screening,
+};
 use crate::cost_model::StageCostModel;
 use crate::error::PlanError;
 use crate::frontier::{drop_dominated, option_frontier, InnerProblem, OptionFrontier};
@@ -63,10 +65,61 @@ struct Refined {
     evaluations: u64,
 }
 
-fn refine(spec: &Spec, model: &dyn StageCostModel, outer: OuterConfig) -> Refined {
+/// Evaluates every option of `outer` at the even split, with its bounds. Options sharing a
+/// recompute choice are first bounded together — time from the one without offload, memory
+/// from the largest offload fractions among them — and skipped when that bound already exceeds
+/// `threshold` (the top-`K+1` threshold of earlier rounds): none of them can enter the top.
+fn refine(spec: &Spec, model: &dyn StageCostModel, outer: OuterConfig, threshold: f64) -> Refined {
     let options = stage_options(spec, &outer);
     let mut probe = OuterProbe::new(spec, model, outer);
-    let probes: Vec<OptionProbe> = options.iter().map(|o| probe.probe(o)).collect();
+    let lmin = min_stage_layers(spec.model.layers, &outer);
+    let mut probes: Vec<Option<OptionProbe>> = options.iter().map(|_| None).collect();
+    let mut groups: Vec<(Recompute, Vec<usize>)> = Vec::new();
+    for (k, option) in options.iter().enumerate() {
+        match groups.iter_mut().find(|(r, _)| *r == option.recompute) {
+            Some((_, members)) => members.push(k),
+            None => groups.push((option.recompute, vec![k])),
+        }
+    }
+    for (recompute, members) in &groups {
+        if members.len() > 1 && threshold.is_finite() {
+            let group: Vec<StageOption> = members.iter().map(|&k| options[k]).collect();
+            let fastest = StageOption {
+                recompute: *recompute,
+                offload: Offload::default(),
+            };
+            let leanest = StageOption {
+                recompute: *recompute,
+                offload: leanest_envelope(&group).offload,
+            };
+            let fast = probe.probe(&fastest);
+            let lean = probe.probe_with(&leanest, false, false);
+            for &k in members {
+                if options[k] == fastest {
+                    probes[k] = Some(fast.clone());
+                }
+            }
+            let bound = fast.step_lower(
+                &probe.shape,
+                &lean.largest_fits,
+                lean.minimum_fits,
+                spec.model.layers,
+                lmin,
+            );
+            if bound.is_none_or(|b| b > threshold + threshold.abs() * 1e-9) {
+                continue;
+            }
+        }
+        for &k in members {
+            if probes[k].is_none() {
+                probes[k] = Some(probe.probe(&options[k]));
+            }
+        }
+    }
+    let probes: Vec<OptionProbe> = probes
+        .into_iter()
+        .map(|p| p.unwrap_or_else(OptionProbe::skipped))
+        .collect();
     let lower = probes.iter().filter_map(|p| p.lower).min_by(f64::total_cmp);
     let upper = probes
         .iter()
@@ -278,7 +331,7 @@ pub fn search(
         }
         let refined: Vec<Refined> = candidates[next..end]
             .par_iter()
-            .map(|(_, outer)| refine(spec, model, *outer))
+            .map(|(_, outer)| refine(spec, model, *outer, bound))
             .collect();
         next = end;
         stats.evaluated += refined.len() as u64;
