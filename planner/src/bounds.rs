@@ -288,26 +288,47 @@ pub fn screen(
     options: &[StageOption],
 ) -> Screening {
     let mut probe = OuterProbe::new(spec, model, outer);
-    let lean = probe.probe_with(&leanest_envelope(options), false, false);
-    if !lean.minimum_fits || !lean.largest_fits.iter().any(|fits| *fits) {
-        return Screening {
-            outer,
-            lower: None,
-            evaluations: probe.evaluations,
-        };
+    let lean = leanest_envelope(options);
+    let lmin = min_stage_layers(probe.layers, &outer);
+    let largest = probe.layers.div_ceil(outer.pp);
+    let infeasible = |probe: OuterProbe<'_>| Screening {
+        outer,
+        lower: None,
+        evaluations: probe.evaluations,
+    };
+    // Every stage must hold its fewest layers with the leanest option.
+    let mut least_costs = Vec::with_capacity(outer.pp as usize);
+    for stage in 0..outer.pp {
+        let cost = probe.cost(stage, lmin, &lean);
+        if !probe.fits(&cost) {
+            return infeasible(probe);
+        }
+        least_costs.push(cost);
     }
     let fast = probe.probe_with(&fastest_envelope(), false, true);
     // Time from the fastest envelope, feasibility from the leanest: the stage holding at least
     // ⌈layers/pp⌉ layers must fit there with some option, hence with the leanest, and is at
-    // least as slow as the fastest envelope there.
-    let lmin = min_stage_layers(probe.layers, &outer);
-    let lower = fast.step_lower(
-        &probe.shape,
-        &lean.largest_fits,
-        lean.minimum_fits,
-        probe.layers,
-        lmin,
-    );
+    // least as slow as the fastest envelope there. Stages are tried fastest first; the first
+    // that fits gives the bound.
+    let mut order: Vec<usize> = (0..outer.pp as usize).collect();
+    order.sort_by(|&a, &b| {
+        fast.largest_time[a]
+            .total_cmp(&fast.largest_time[b])
+            .then(a.cmp(&b))
+    });
+    let mut fits = vec![false; outer.pp as usize];
+    for stage in order {
+        let cost = if largest == lmin {
+            least_costs[stage]
+        } else {
+            probe.cost(stage as u64, largest, &lean)
+        };
+        if probe.fits(&cost) {
+            fits[stage] = true;
+            break;
+        }
+    }
+    let lower = fast.step_lower(&probe.shape, &fits, true, probe.layers, lmin);
     Screening {
         outer,
         lower,
