@@ -165,43 +165,47 @@ fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
         return invalid(format!("`{name}` must be at least 1"));
     }
     let gpus = spec.cluster.total_gpus();
-    let product = strategy.dp * strategy.tp * strategy.pp * strategy.cp;
+    let product = strategy
+        .dp
+        .saturating_mul(strategy.tp)
+        .saturating_mul(strategy.pp)
+        .saturating_mul(strategy.cp);
     if product != gpus {
         return invalid(format!(
             "dp·tp·pp·cp = {}·{}·{}·{} = {product}, but the cluster has {gpus} GPUs",
             strategy.dp, strategy.tp, strategy.pp, strategy.cp
         ));
     }
-    let per_step = strategy.dp * strategy.microbatch;
+    let per_step = strategy.dp.saturating_mul(strategy.microbatch);
     if !spec.train.global_batch.is_multiple_of(per_step) {
         return invalid(format!(
             "the global batch of {} is not a multiple of dp·microbatch = {per_step}",
             spec.train.global_batch
         ));
     }
-    if !(strategy.dp * strategy.cp).is_multiple_of(strategy.ep) {
+    if !(strategy.dp.saturating_mul(strategy.cp)).is_multiple_of(strategy.ep) {
         return invalid(format!(
             "ep = {} does not divide dp·cp = {}",
             strategy.ep,
-            strategy.dp * strategy.cp
+            strategy.dp.saturating_mul(strategy.cp)
         ));
     }
-    if strategy.pp * strategy.interleave > spec.model.layers {
+    if strategy.pp.saturating_mul(strategy.interleave) > spec.model.layers {
         return invalid(format!(
             "pp·interleave = {} chunks exceeds the model's {} layers",
-            strategy.pp * strategy.interleave,
+            strategy.pp.saturating_mul(strategy.interleave),
             spec.model.layers
         ));
     }
     if let Some(stages) = &strategy.stages {
-        let chunks = strategy.pp * strategy.interleave;
+        let chunks = strategy.pp.saturating_mul(strategy.interleave);
         if stages.len() as u64 != chunks {
             return invalid(format!(
                 "`stages` lists {} entries but pp·interleave = {chunks} (one per chunk)",
                 stages.len()
             ));
         }
-        let total: u64 = stages.iter().sum();
+        let total = stages.iter().fold(0u64, |sum, &l| sum.saturating_add(l));
         if total != spec.model.layers {
             return invalid(format!(
                 "`stages` hold {total} layers, the model has {}",

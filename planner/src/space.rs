@@ -65,7 +65,7 @@ impl OuterConfig {
 
     /// The outer part of a fixed strategy.
     pub fn of_strategy(strategy: &Strategy, global_batch: u64) -> OuterConfig {
-        let per_step = (strategy.dp * strategy.microbatch).max(1);
+        let per_step = strategy.dp.saturating_mul(strategy.microbatch).max(1);
         OuterConfig {
             tp: strategy.tp,
             pp: strategy.pp,
@@ -175,10 +175,10 @@ fn divisors(n: u64) -> Vec<u64> {
     let mut small = Vec::new();
     let mut large = Vec::new();
     let mut d = 1;
-    while d * d <= n {
+    while d <= n / d {
         if n.is_multiple_of(d) {
             small.push(d);
-            if d * d != n {
+            if d != n / d {
                 large.push(n / d);
             }
         }
@@ -213,7 +213,7 @@ pub fn outer_configs(spec: &Spec) -> (Vec<OuterConfig>, EnumerationCounts) {
             .into_iter()
             .filter(|&tp| {
                 model.heads.is_multiple_of(tp)
-                    && (model.kv_heads.is_multiple_of(tp) || tp % model.kv_heads == 0)
+                    && (model.kv_heads.is_multiple_of(tp) || tp.is_multiple_of(model.kv_heads))
             })
             .collect()
     });
@@ -248,7 +248,7 @@ pub fn outer_configs(spec: &Spec) -> (Vec<OuterConfig>, EnumerationCounts) {
         });
         for &pp in &pps {
             for &cp in &cps {
-                let group = tp * pp * cp;
+                let group = tp.saturating_mul(pp).saturating_mul(cp);
                 if pp == 0
                     || cp == 0
                     || pp > model.layers
@@ -338,7 +338,7 @@ fn enumerate_inner(
                         INTERLEAVE_CANDIDATES
                             .iter()
                             .copied()
-                            .filter(|&v| pp * v <= model.layers),
+                            .filter(|&v| pp.saturating_mul(v) <= model.layers),
                     );
                 }
                 values
@@ -348,7 +348,7 @@ fn enumerate_inner(
                     for &sequence_parallel in &sps {
                         counts.enumerated += 1;
                         let valid = interleave >= 1
-                            && pp * interleave <= model.layers
+                            && pp.saturating_mul(interleave) <= model.layers
                             && (interleave == 1 || (pp > 1 && m.is_multiple_of(pp)))
                             && zero <= 3
                             && !(sequence_parallel && tp == 1);
