@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use tessel_grammar::Recompute;
 
-use crate::plan::Plan;
+use crate::plan::{Plan, SolverStatus};
 use crate::space::{offload_label, recompute_label};
 
 /// Memory counts as binding once the fullest stage uses this share of its capacity.
@@ -28,7 +28,10 @@ pub fn render_explain(plan: &Plan) -> String {
         } else {
             0.0
         };
-        if saves_memory || share >= TIGHT_MEMORY {
+        // A searched plan recomputes or offloads only when memory demands it (both cost time);
+        // a fixed strategy may do so by choice.
+        let searched = plan.solver.status != SolverStatus::Fixed;
+        if (searched && saves_memory) || share >= TIGHT_MEMORY {
             let _ = writeln!(
                 out,
                 "memory binds on stage {}: {:.1} of {:.1} GiB ({:.0}%), activations {:.1} GiB.",
@@ -57,6 +60,16 @@ pub fn render_explain(plan: &Plan) -> String {
                 p.memory_capacity_gib,
                 share * 100.0
             );
+            if saves_memory {
+                let _ = writeln!(
+                    out,
+                    "  the strategy uses recompute {} and offload {} anyway ({:.1} ms recompute, {:.1} ms offload per step).",
+                    recompute_label(recompute),
+                    stage.map_or("none".to_string(), |s| offload_label(&s.offload)),
+                    p.time.recompute * 1e3,
+                    p.time.offload * 1e3
+                );
+            }
         }
     }
     let t = &p.time;
@@ -96,6 +109,9 @@ pub fn render_explain(plan: &Plan) -> String {
         plan.solver.objective_s
     );
     let s = &plan.search;
+    if plan.solver.status == SolverStatus::Fixed {
+        return out;
+    }
     let _ = writeln!(
         out,
         "search: {} combinations, {} rejected by divisibility, {} screened, {} cannot fit, {} beaten by the bound, {} evaluated, {} MILPs.",
