@@ -28,7 +28,7 @@ pub use error::PlanError;
 pub use explain::render_explain;
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
-pub use nothing_fits::{NothingFits, Suggestion};
+pub use nothing_fits::{ModelFactory, NothingFits, Suggestion};
 pub use plan::{
     spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
     PLAN_FORMAT,

@@ -6,9 +6,11 @@ use std::fmt;
 use tessel_grammar::{Offload, Recompute, Spec};
 use tessel_symbolic::cost::MemoryBreakdown;
 
-use crate::bounds::OuterProbe;
+use rayon::prelude::*;
+
+use crate::bounds::{leanest_envelope, OuterProbe};
 use crate::cost_model::StageCostModel;
-use crate::space::{OuterConfig, StageOption};
+use crate::space::{outer_configs, stage_options, OuterConfig, StageOption};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -160,11 +162,60 @@ pub fn lean_need(
 }
 
 /// Builds the explanation from the configuration with the least need.
+/// Builds a cost model for another spec (more nodes, a shorter sequence), so that those changes
+/// can be tried rather than estimated.
+pub type ModelFactory<'a> = &'a (dyn Fn(&Spec) -> Result<Box<dyn StageCostModel>, String> + Sync);
+
+/// The configuration of `spec` whose leanest even split needs the least memory.
+pub fn least_need(spec: &Spec, model: &dyn StageCostModel) -> Option<LeanNeed> {
+    let (configs, _) = outer_configs(spec);
+    configs
+        .par_iter()
+        .map(|outer| {
+            let lean = leanest_envelope(&stage_options(spec, outer));
+            lean_need(spec, model, *outer, &lean)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .min_by(|a, b| {
+            a.need
+                .total_cmp(&b.need)
+                .then_with(|| a.outer.cmp(&b.outer))
+        })
+}
+
+/// Tries `changed` specs in order with the factory's cost models, up to the first that fits.
+fn try_specs(
+    factory: ModelFactory<'_>,
+    changes: Vec<(String, Spec)>,
+    suggestions: &mut Vec<Suggestion>,
+) {
+    for (change, changed) in changes {
+        let Ok(model) = factory(&changed) else {
+            continue;
+        };
+        let Some(least) = least_need(&changed, model.as_ref()) else {
+            continue;
+        };
+        let fits = least.need <= model.memory_capacity();
+        suggestions.push(Suggestion {
+            change,
+            need_gib: least.need / GIB,
+            fits,
+            estimated: false,
+        });
+        if fits {
+            break;
+        }
+    }
+}
+
 pub fn explain(
     spec: &Spec,
     model: &dyn StageCostModel,
     least: &LeanNeed,
     lean_option: &StageOption,
+    factory: Option<ModelFactory<'_>>,
 ) -> NothingFits {
     let capacity = model.memory_capacity();
     let outer = least.outer;
@@ -224,6 +275,62 @@ pub fn explain(
             *lean_option,
         );
     }
+    if let Some(factory) = factory {
+        let more_nodes = [2u64, 4, 8, 16]
+            .iter()
+            .map(|&factor| {
+                let mut changed = spec.clone();
+                changed.cluster.nodes = spec.cluster.nodes.saturating_mul(factor);
+                let change = format!(
+                    "{factor}× the nodes ({} GPUs)",
+                    changed.cluster.total_gpus()
+                );
+                (change, changed)
+            })
+            .collect();
+        try_specs(factory, more_nodes, &mut suggestions);
+        // A shorter sequence only shrinks activations; worth trying when they exceed the
+        // shortfall.
+        let shortfall = least.need - capacity;
+        let shorter_helps = least.memory.activations > shortfall;
+        let shorter = [2u64, 4, 8]
+            .iter()
+            .filter(|&&divisor| shorter_helps && spec.train.seq_len / divisor >= 1)
+            .map(|&divisor| {
+                let mut changed = spec.clone();
+                changed.train.seq_len = spec.train.seq_len / divisor;
+                let change = format!(
+                    "a sequence of {} tokens instead of {}",
+                    changed.train.seq_len, spec.train.seq_len
+                );
+                (change, changed)
+            })
+            .collect();
+        try_specs(factory, shorter, &mut suggestions);
+    } else {
+        estimate_scaling(spec, least, capacity, &mut suggestions);
+    }
+    NothingFits {
+        capacity_gib: capacity / GIB,
+        least_need_gib: least.need / GIB,
+        config: format!("{} with {}", outer.label(), lean_option.label()),
+        stage: least.stage,
+        memory,
+        dominant: dominant_component(&least.memory).to_string(),
+        short_by_gib: (least.need - capacity).max(0.0) / GIB,
+        suggestions,
+    }
+}
+
+/// Without a way to build cost models for other specs: more GPUs and a shorter sequence,
+/// estimated from the breakdown (model state shards over GPUs, activations scale with the
+/// sequence).
+fn estimate_scaling(
+    spec: &Spec,
+    least: &LeanNeed,
+    capacity: f64,
+    suggestions: &mut Vec<Suggestion>,
+) {
     let state = least.memory.weights + least.memory.gradients + least.memory.optimizer;
     let rest = least.memory.total() - state;
     if state > 0.0 && rest < capacity {
@@ -258,15 +365,5 @@ pub fn explain(
                 estimated: true,
             });
         }
-    }
-    NothingFits {
-        capacity_gib: capacity / GIB,
-        least_need_gib: least.need / GIB,
-        config: format!("{} with {}", outer.label(), lean_option.label()),
-        stage: least.stage,
-        memory,
-        dominant: dominant_component(&least.memory).to_string(),
-        short_by_gib: (least.need - capacity).max(0.0) / GIB,
-        suggestions,
     }
 }

@@ -10,6 +10,7 @@ use crate::error::PlanError;
 use crate::layers::{chunk_ranges, even_chunks, stage_chunks, stage_totals};
 use crate::losses::loss_reason;
 use crate::milp::MilpSettings;
+use crate::nothing_fits::ModelFactory;
 use crate::plan::{
     spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
     PLAN_FORMAT,
@@ -30,6 +31,9 @@ pub struct PlanOptions<'a> {
     pub milp: Option<MilpSettings>,
     /// Called after each round of the search.
     pub progress: Option<&'a (dyn Fn(&SearchProgress) + Sync)>,
+    /// Builds cost models for changed specs, so that "nothing fits" can try more nodes and
+    /// shorter sequences instead of estimating them.
+    pub model_for_spec: Option<ModelFactory<'a>>,
 }
 
 /// Timings of a search, kept out of the plan file so that it stays byte-stable.
@@ -106,7 +110,14 @@ pub fn plan(
             ..defaults
         }
     });
-    let result = search(spec, model, top + 1, &settings, options.progress)?;
+    let result = search(
+        spec,
+        model,
+        top + 1,
+        &settings,
+        options.progress,
+        options.model_for_spec,
+    )?;
     let best = &result.ranked[0];
     let best_estimate = model
         .estimate(&strategy_of(best))

@@ -21,7 +21,7 @@ use crate::error::PlanError;
 use crate::frontier::{drop_dominated, option_frontier, InnerProblem, OptionFrontier};
 use crate::local_search::{improve_even_split, Split};
 use crate::milp::{self, Incumbent, MilpSettings};
-use crate::nothing_fits::{explain, lean_need, LeanNeed};
+use crate::nothing_fits::{explain, least_need, ModelFactory};
 use crate::plan::{SearchStats, SolverStatus};
 use crate::space::{outer_configs, stage_options, OuterConfig, StageOption};
 
@@ -284,6 +284,7 @@ pub fn search(
     keep: usize,
     settings: &MilpSettings,
     progress: Option<&(dyn Fn(&SearchProgress) + Sync)>,
+    factory: Option<ModelFactory<'_>>,
 ) -> Result<SearchResult, PlanError> {
     let keep = keep.max(1);
     let (configs, counts) = outer_configs(spec);
@@ -385,26 +386,12 @@ pub fn search(
     solved.sort_by(total_order);
     solved.truncate(keep);
     if solved.is_empty() {
-        let needs: Vec<LeanNeed> = configs
-            .par_iter()
-            .map(|outer| {
-                let lean = leanest_envelope(&stage_options(spec, outer));
-                lean_need(spec, model, *outer, &lean)
-            })
-            .collect();
-        let least = needs
-            .iter()
-            .min_by(|a, b| {
-                a.need
-                    .total_cmp(&b.need)
-                    .then_with(|| a.outer.cmp(&b.outer))
-            })
-            .ok_or_else(|| PlanError::EmptySearchSpace {
-                reason: "no configuration to screen".to_string(),
-            })?;
+        let least = least_need(spec, model).ok_or_else(|| PlanError::EmptySearchSpace {
+            reason: "no configuration to screen".to_string(),
+        })?;
         let lean = leanest_envelope(&stage_options(spec, &least.outer));
         return Err(PlanError::NothingFits {
-            explanation: Box::new(explain(spec, model, least, &lean)),
+            explanation: Box::new(explain(spec, model, &least, &lean, factory)),
         });
     }
     Ok(SearchResult {
