@@ -1,2 +1,41 @@
 //! Search, the MILP, pipeline schedules and plan files.
+//!
+//! [`plan`] searches a spec's space against a [`StageCostModel`] and returns a [`Plan`];
+//! [`plan_fixed`] turns a fixed strategy into a plan file; [`render_table`],
+//! [`render_markdown`] and [`render_explain`] format plans; [`Plan::to_json`] and
+//! [`Plan::from_json`] read and write plan files.
+
+mod bounds;
+pub mod canonical_json;
+mod cost_model;
+mod error;
+mod explain;
+mod frontier;
+mod layers;
+mod local_search;
+mod losses;
+mod milp;
+mod nothing_fits;
+mod plan;
+mod planning;
+mod rank_map;
+mod render;
 pub mod schedule;
+mod search;
+mod space;
+
+pub use cost_model::StageCostModel;
+pub use error::PlanError;
+pub use explain::render_explain;
+pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
+pub use milp::MilpSettings;
+pub use nothing_fits::{ModelFactory, NothingFits, Suggestion};
+pub use plan::{
+    spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
+    PLAN_FORMAT,
+};
+pub use planning::{plan, plan_fixed, PlanOptions, PlanOutcome, SearchTimings, DEFAULT_TOP};
+pub use rank_map::{coordinates, MeshShape, RankCoordinates, RankMap, RANK_COLUMNS};
+pub use render::{render_markdown, render_table};
+pub use search::SearchProgress;
+pub use space::{outer_configs, stage_options, OuterConfig, StageOption};

@@ -1,0 +1,40 @@
+//! The interface the search runs against: what one pipeline stage costs under a configuration.
+//! The real cost model (`tessel_symbolic::cost::CostModel`) implements it through a small adapter;
+//! tests use an analytic model.
+
+use tessel_grammar::{Offload, Recompute, Strategy};
+use tessel_symbolic::cost::{Estimate, PipelineShape, StageCost};
+
+/// Costs the planner needs from a cost model.
+///
+/// The search's bounds rely on physical properties of stage costs: a stage's `microbatch_s`,
+/// `tail_s` and memory never decrease when it holds more layers, and `microbatch_s` is convex in
+/// the layer count (each added layer costs at least as much as the one before; a cost that is
+/// affine in layers, as for identical layers, qualifies); more recompute (none < selective <
+/// partial < full) or more offload never makes a stage faster, nor makes it use more memory.
+/// A model that breaks them still gets valid plans, but the pruning may then skip a
+/// configuration that would have been better.
+pub trait StageCostModel: Sync {
+    /// Cost of pipeline stage `stage` (0-based device index in the pipeline) holding `layers`
+    /// layers with this recompute/offload, under the outer configuration `strategy` (its degrees,
+    /// microbatch, zero, sequence parallel and interleave are used; its `stages`, `recompute` and
+    /// `offload` fields are ignored).
+    fn stage_cost(
+        &self,
+        strategy: &Strategy,
+        stage: u64,
+        layers: u64,
+        recompute: Recompute,
+        offload: Offload,
+    ) -> StageCost;
+
+    /// How stage times combine into a step:
+    /// `step = sum_weight·Σ microbatch_s + max_weight·max microbatch_s + max tail_s`.
+    fn pipeline_shape(&self, strategy: &Strategy) -> PipelineShape;
+
+    /// Usable bytes per GPU (capacity times the search's memory limit).
+    fn memory_capacity(&self) -> f64;
+
+    /// Full prediction of a fixed strategy (with `stages`, `recompute` and `offload` set).
+    fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String>;
+}

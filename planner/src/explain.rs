@@ -1,0 +1,145 @@
+//! `tessel plan --explain`: which constraint shapes the plan and what each runner-up loses on.
+
+use std::fmt::Write;
+
+use tessel_grammar::Recompute;
+
+use crate::plan::{Plan, SolverStatus};
+use crate::space::{offload_label, recompute_label};
+
+/// Memory counts as binding once the fullest stage uses this share of its capacity.
+const TIGHT_MEMORY: f64 = 0.9;
+
+pub fn render_explain(plan: &Plan) -> String {
+    let p = &plan.prediction;
+    let mut out = String::new();
+    let fullest = p
+        .stages
+        .iter()
+        .max_by(|a, b| a.memory.total().total_cmp(&b.memory.total()));
+    let stage = plan.stages.first();
+    let recompute = stage.map_or(Recompute::None, |s| s.recompute);
+    let offloads = stage.is_some_and(|s| !s.offload.is_none());
+    let saves_memory = recompute != Recompute::None || offloads;
+    if let Some(fullest) = fullest {
+        let used = fullest.memory.total();
+        let share = if p.memory_capacity_gib > 0.0 {
+            used / p.memory_capacity_gib
+        } else {
+            0.0
+        };
+        // A searched plan recomputes or offloads only when memory demands it (both cost time);
+        // a fixed strategy may do so by choice.
+        let searched = plan.solver.status != SolverStatus::Fixed;
+        if (searched && saves_memory) || share >= TIGHT_MEMORY {
+            let _ = writeln!(
+                out,
+                "memory binds on stage {}: {:.1} of {:.1} GiB ({:.0}%), activations {:.1} GiB.",
+                fullest.stage,
+                used,
+                p.memory_capacity_gib,
+                share * 100.0,
+                fullest.memory.activations
+            );
+            if saves_memory {
+                let _ = writeln!(
+                    out,
+                    "  to fit, the plan uses recompute {} and offload {} ({:.1} ms recompute, {:.1} ms offload per step).",
+                    recompute_label(recompute),
+                    stage.map_or("none".to_string(), |s| offload_label(&s.offload)),
+                    p.time.recompute * 1e3,
+                    p.time.offload * 1e3
+                );
+            }
+        } else {
+            let _ = writeln!(
+                out,
+                "compute binds: every stage has memory to spare (the fullest, stage {}, uses {:.1} of {:.1} GiB, {:.0}%).",
+                fullest.stage,
+                used,
+                p.memory_capacity_gib,
+                share * 100.0
+            );
+            if saves_memory {
+                let _ = writeln!(
+                    out,
+                    "  the strategy uses recompute {} and offload {} anyway ({:.1} ms recompute, {:.1} ms offload per step).",
+                    recompute_label(recompute),
+                    stage.map_or("none".to_string(), |s| offload_label(&s.offload)),
+                    p.time.recompute * 1e3,
+                    p.time.offload * 1e3
+                );
+            }
+        }
+    }
+    let t = &p.time;
+    let parts = [
+        ("compute", t.compute),
+        ("recompute", t.recompute),
+        ("tensor-parallel communication", t.tp_comm),
+        ("context-parallel communication", t.cp_comm),
+        ("expert-parallel communication", t.ep_comm),
+        ("pipeline communication", t.pp_comm),
+        ("data-parallel communication", t.dp_comm),
+        ("offload traffic", t.offload),
+        ("pipeline bubble", t.bubble),
+        ("optimizer step", t.optimizer),
+    ];
+    let total = t.total();
+    let _ = writeln!(
+        out,
+        "step time {:.3} s on the critical path:",
+        p.step_time_s
+    );
+    for (name, seconds) in parts.iter().filter(|(_, s)| *s > 0.0) {
+        let share = if total > 0.0 { seconds / total } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "  {name:<32} {:>10.1} ms  {:>5.1}%",
+            seconds * 1e3,
+            share * 100.0
+        );
+    }
+    let layers: Vec<String> = plan.stages.iter().map(|s| s.layers.to_string()).collect();
+    let _ = writeln!(out, "layers per stage: [{}]", layers.join(", "));
+    let _ = writeln!(
+        out,
+        "solver: {} (objective {:.3} s).",
+        plan.solver.status.as_str(),
+        plan.solver.objective_s
+    );
+    let s = &plan.search;
+    if plan.solver.status == SolverStatus::Fixed {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "search: {} combinations, {} rejected by divisibility, {} screened, {} cannot fit, {} beaten by the bound, {} evaluated, {} MILPs.",
+        s.candidates_enumerated,
+        s.rejected_divisibility,
+        s.screened,
+        s.pruned_memory,
+        s.pruned_bound,
+        s.evaluated,
+        s.milps_solved
+    );
+    for r in &plan.runners_up {
+        let c = &r.config;
+        let _ = writeln!(
+            out,
+            "runner-up tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{} loses on {}: {}.",
+            c.tp,
+            c.pp,
+            c.dp,
+            c.cp,
+            c.ep,
+            c.interleave,
+            c.microbatch,
+            c.zero,
+            if c.sequence_parallel { " sp" } else { "" },
+            r.loses_on,
+            r.reason
+        );
+    }
+    out
+}

@@ -1,0 +1,320 @@
+//! The library entry points the CLI calls: search a spec into a plan, or turn a fixed strategy
+//! into a plan file.
+
+use std::time::Instant;
+
+use tessel_grammar::{Recompute, Spec, Strategy};
+
+use crate::cost_model::StageCostModel;
+use crate::error::PlanError;
+use crate::layers::{chunk_ranges, even_chunks, stage_chunks, stage_totals};
+use crate::losses::loss_reason;
+use crate::milp::MilpSettings;
+use crate::nothing_fits::ModelFactory;
+use crate::plan::{
+    spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
+    PLAN_FORMAT,
+};
+use crate::rank_map::{MeshShape, RankMap};
+use crate::search::{search, SearchProgress, Solved};
+use crate::space::OuterConfig;
+
+/// Runners-up kept when neither the options nor the spec say.
+pub const DEFAULT_TOP: usize = 3;
+
+/// How to search. Threads come from rayon's global pool (or the pool the call runs in).
+#[derive(Clone, Copy, Default)]
+pub struct PlanOptions<'a> {
+    /// Runners-up to keep; `None` uses the spec's `top`, else [`DEFAULT_TOP`].
+    pub top: Option<usize>,
+    /// MILP limits; `None` uses the defaults, with the spec's `time_limit` as the solver's.
+    pub milp: Option<MilpSettings>,
+    /// Called after each round of the search.
+    pub progress: Option<&'a (dyn Fn(&SearchProgress) + Sync)>,
+    /// Builds cost models for changed specs, so that "nothing fits" can try more nodes and
+    /// shorter sequences instead of estimating them.
+    pub model_for_spec: Option<ModelFactory<'a>>,
+}
+
+/// Timings of a search, kept out of the plan file so that it stays byte-stable.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SearchTimings {
+    pub wall_s: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct PlanOutcome {
+    pub plan: Plan,
+    pub timings: SearchTimings,
+}
+
+fn config_of(outer: &OuterConfig) -> PlanConfig {
+    PlanConfig {
+        dp: outer.dp,
+        tp: outer.tp,
+        pp: outer.pp,
+        cp: outer.cp,
+        ep: outer.ep,
+        interleave: outer.interleave,
+        microbatch: outer.microbatch,
+        microbatches: outer.microbatches,
+        zero: outer.zero,
+        sequence_parallel: outer.sequence_parallel,
+    }
+}
+
+/// Partial recompute of at least every layer of the fullest stage is full recompute, and of no
+/// layer is none; the cost model accepts only counts within the stages.
+fn canonical_recompute(recompute: Recompute, stage_layers: &[u64]) -> Recompute {
+    match recompute {
+        Recompute::Partial { full_layers: 0 } => Recompute::None,
+        Recompute::Partial { full_layers }
+            if full_layers >= stage_layers.iter().copied().max().unwrap_or(0) =>
+        {
+            Recompute::Full
+        }
+        other => other,
+    }
+}
+
+fn strategy_of(solved: &Solved) -> Strategy {
+    solved.outer.strategy(
+        "plan",
+        canonical_recompute(solved.option.recompute, &solved.stages),
+        solved.option.offload,
+        Some(stage_chunks(&solved.stages, solved.outer.interleave)),
+    )
+}
+
+/// Searches the spec's space and returns the best plan with its runners-up.
+pub fn plan(
+    spec: &Spec,
+    model: &dyn StageCostModel,
+    options: &PlanOptions<'_>,
+) -> Result<PlanOutcome, PlanError> {
+    let started = Instant::now();
+    let top = options
+        .top
+        .or(spec.search.top.map(|top| top as usize))
+        .unwrap_or(DEFAULT_TOP);
+    let settings = options.milp.unwrap_or_else(|| {
+        let defaults = MilpSettings::default();
+        MilpSettings {
+            time_limit_s: spec
+                .search
+                .time_limit
+                .filter(|limit| *limit > 0.0)
+                .map_or(defaults.time_limit_s, |limit| {
+                    limit.min(defaults.time_limit_s)
+                }),
+            ..defaults
+        }
+    });
+    let result = search(
+        spec,
+        model,
+        top + 1,
+        &settings,
+        options.progress,
+        options.model_for_spec,
+    )?;
+    let best = &result.ranked[0];
+    let best_estimate = model
+        .estimate(&strategy_of(best))
+        .map_err(|message| PlanError::CostModel { message })?;
+    let mut runners_up = Vec::new();
+    for solved in &result.ranked[1..] {
+        let estimate = model
+            .estimate(&strategy_of(solved))
+            .map_err(|message| PlanError::CostModel { message })?;
+        let (loses_on, reason) = loss_reason(&best_estimate, &estimate);
+        runners_up.push(RunnerUp {
+            config: config_of(&solved.outer),
+            recompute: canonical_recompute(solved.option.recompute, &solved.stages),
+            offload: solved.option.offload,
+            stages: solved.stages.clone(),
+            step_time_s: estimate.step_time_s,
+            tokens_per_s: estimate.tokens_per_s,
+            mfu: estimate.mfu,
+            loses_on,
+            reason,
+        });
+    }
+    let plan = assemble(
+        spec,
+        &best.outer,
+        &strategy_of(best),
+        best_estimate,
+        SolverReport {
+            status: best.status,
+            objective_s: best.step_time_s,
+        },
+        result.stats,
+        runners_up,
+    );
+    Ok(PlanOutcome {
+        plan,
+        timings: SearchTimings {
+            wall_s: started.elapsed().as_secs_f64(),
+        },
+    })
+}
+
+/// Checks a fixed strategy against the spec.
+fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
+    let invalid = |reason: String| Err(PlanError::InvalidStrategy { reason });
+    let degrees = [
+        ("dp", strategy.dp),
+        ("tp", strategy.tp),
+        ("pp", strategy.pp),
+        ("cp", strategy.cp),
+        ("ep", strategy.ep),
+        ("microbatch", strategy.microbatch),
+        ("interleave", strategy.interleave),
+    ];
+    if let Some((name, _)) = degrees.iter().find(|(_, value)| *value == 0) {
+        return invalid(format!("`{name}` must be at least 1"));
+    }
+    let gpus = spec.cluster.total_gpus();
+    let product = strategy
+        .dp
+        .saturating_mul(strategy.tp)
+        .saturating_mul(strategy.pp)
+        .saturating_mul(strategy.cp);
+    if product != gpus {
+        return invalid(format!(
+            "dp·tp·pp·cp = {}·{}·{}·{} = {product}, but the cluster has {gpus} GPUs",
+            strategy.dp, strategy.tp, strategy.pp, strategy.cp
+        ));
+    }
+    let per_step = strategy.dp.saturating_mul(strategy.microbatch);
+    if !spec.train.global_batch.is_multiple_of(per_step) {
+        return invalid(format!(
+            "the global batch of {} is not a multiple of dp·microbatch = {per_step}",
+            spec.train.global_batch
+        ));
+    }
+    if !(strategy.dp.saturating_mul(strategy.cp)).is_multiple_of(strategy.ep) {
+        return invalid(format!(
+            "ep = {} does not divide dp·cp = {}",
+            strategy.ep,
+            strategy.dp.saturating_mul(strategy.cp)
+        ));
+    }
+    if strategy.pp.saturating_mul(strategy.interleave) > spec.model.layers {
+        return invalid(format!(
+            "pp·interleave = {} chunks exceeds the model's {} layers",
+            strategy.pp.saturating_mul(strategy.interleave),
+            spec.model.layers
+        ));
+    }
+    if let Some(stages) = &strategy.stages {
+        let chunks = strategy.pp.saturating_mul(strategy.interleave);
+        if stages.len() as u64 != chunks {
+            return invalid(format!(
+                "`stages` lists {} entries but pp·interleave = {chunks} (one per chunk)",
+                stages.len()
+            ));
+        }
+        let total = stages.iter().fold(0u64, |sum, &l| sum.saturating_add(l));
+        if total != spec.model.layers {
+            return invalid(format!(
+                "`stages` hold {total} layers, the model has {}",
+                spec.model.layers
+            ));
+        }
+        if let Some(chunk) = stages.iter().position(|&l| l == 0) {
+            return invalid(format!("chunk {chunk} of `stages` holds no layer"));
+        }
+    }
+    if strategy.zero > 3 {
+        return invalid(format!("ZeRO stage {} does not exist", strategy.zero));
+    }
+    Ok(())
+}
+
+/// A plan file for a fixed strategy (`tessel plan --strategy NAME`). Its `stages`, when given,
+/// list the layers of every chunk (`pp·interleave` entries); otherwise layers are spread evenly.
+pub fn plan_fixed(
+    spec: &Spec,
+    model: &dyn StageCostModel,
+    strategy: &Strategy,
+) -> Result<Plan, PlanError> {
+    check_strategy(spec, strategy)?;
+    let mut fixed = strategy.clone();
+    if fixed.stages.is_none() {
+        fixed.stages = Some(even_chunks(
+            spec.model.layers,
+            strategy.pp,
+            strategy.interleave,
+        ));
+    }
+    let estimate = model
+        .estimate(&fixed)
+        .map_err(|message| PlanError::CostModel { message })?;
+    let outer = OuterConfig::of_strategy(&fixed, spec.train.global_batch);
+    let step = estimate.step_time_s;
+    Ok(assemble(
+        spec,
+        &outer,
+        &fixed,
+        estimate,
+        SolverReport {
+            status: SolverStatus::Fixed,
+            objective_s: step,
+        },
+        SearchStats::default(),
+        Vec::new(),
+    ))
+}
+
+fn assemble(
+    spec: &Spec,
+    outer: &OuterConfig,
+    strategy: &Strategy,
+    prediction: tessel_symbolic::cost::Estimate,
+    solver: SolverReport,
+    search: SearchStats,
+    runners_up: Vec<RunnerUp>,
+) -> Plan {
+    let chunks = strategy.stages.clone().unwrap_or_default();
+    let stage_layers = stage_totals(&chunks, strategy.pp);
+    let ranges = chunk_ranges(&chunks, strategy.pp);
+    let stages = stage_layers
+        .iter()
+        .zip(ranges)
+        .enumerate()
+        .map(|(stage, (&layers, layer_ranges))| PlanStage {
+            stage: stage as u64,
+            layers,
+            layer_ranges,
+            recompute: strategy.recompute,
+            offload: strategy.offload,
+        })
+        .collect();
+    let rank_map = RankMap::build(&MeshShape {
+        tp: outer.tp,
+        cp: outer.cp,
+        dp: outer.dp,
+        pp: outer.pp,
+        ep: outer.ep,
+        gpus_per_node: spec.cluster.gpus_per_node,
+    });
+    Plan {
+        format: PLAN_FORMAT.to_string(),
+        spec_digest: spec_digest(spec),
+        model: spec.model.name.clone(),
+        cluster: spec.cluster.name.clone(),
+        gpus: spec.cluster.total_gpus(),
+        gpus_per_node: spec.cluster.gpus_per_node,
+        seq_len: spec.train.seq_len,
+        global_batch: spec.train.global_batch,
+        config: config_of(outer),
+        stages,
+        rank_map,
+        prediction,
+        solver,
+        search,
+        runners_up,
+    }
+}

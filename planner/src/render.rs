@@ -1,0 +1,211 @@
+//! Human-readable forms of a plan: a terminal table and Markdown.
+
+use std::fmt::Write;
+
+use crate::plan::Plan;
+use crate::space::{offload_label, recompute_label};
+
+fn ranges_label(ranges: &[[u64; 2]]) -> String {
+    ranges
+        .iter()
+        .map(|[first, last]| format!("{first}–{}", last.saturating_sub(1)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn degrees_label(plan: &Plan) -> String {
+    let c = &plan.config;
+    format!(
+        "dp {} · tp {} · pp {} · cp {} · ep {} · interleave {}",
+        c.dp, c.tp, c.pp, c.cp, c.ep, c.interleave
+    )
+}
+
+fn batching_label(plan: &Plan) -> String {
+    let c = &plan.config;
+    format!(
+        "micro-batch {} × {} per step, ZeRO {}, sequence parallel {}",
+        c.microbatch,
+        c.microbatches,
+        c.zero,
+        if c.sequence_parallel { "on" } else { "off" }
+    )
+}
+
+fn choices_label(plan: &Plan) -> String {
+    match plan.stages.first() {
+        Some(stage) => format!(
+            "recompute {}, offload {}",
+            recompute_label(stage.recompute),
+            offload_label(&stage.offload)
+        ),
+        None => "no stages".to_string(),
+    }
+}
+
+/// The chosen configuration, its prediction and per-stage memory against capacity.
+pub fn render_table(plan: &Plan) -> String {
+    let p = &plan.prediction;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "plan for {} on {} ({} GPUs, {} per node)",
+        plan.model, plan.cluster, plan.gpus, plan.gpus_per_node
+    );
+    let _ = writeln!(out, "  degrees      {}", degrees_label(plan));
+    let _ = writeln!(out, "  batching     {}", batching_label(plan));
+    let _ = writeln!(out, "  stages       {}", choices_label(plan));
+    let _ = writeln!(
+        out,
+        "  step time    {:.3} s   tokens/s {:.0}   MFU {:.1}%   HFU {:.1}%",
+        p.step_time_s,
+        p.tokens_per_s,
+        p.mfu * 100.0,
+        p.hfu * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "  memory       peak {:.1} of {:.1} GiB per GPU{}",
+        p.peak_memory_gib,
+        p.memory_capacity_gib,
+        if p.fits { "" } else { "  (does NOT fit)" }
+    );
+    let _ = writeln!(
+        out,
+        "  solver       {} (objective {:.3} s)",
+        plan.solver.status.as_str(),
+        plan.solver.objective_s
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "  {:>5}  {:>6}  {:<22}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}",
+        "stage", "layers", "model layers", "weights", "grads", "optim", "activ", "buffers", "total"
+    );
+    for (stage, estimate) in plan.stages.iter().zip(&p.stages) {
+        let m = &estimate.memory;
+        let _ = writeln!(
+            out,
+            "  {:>5}  {:>6}  {:<22}  {:>9.2}  {:>9.2}  {:>9.2}  {:>9.2}  {:>9.2}  {:>9.2}",
+            stage.stage,
+            stage.layers,
+            ranges_label(&stage.layer_ranges),
+            m.weights,
+            m.gradients,
+            m.optimizer,
+            m.activations,
+            m.buffers,
+            m.total()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  memory in GiB per GPU; capacity {:.2} GiB",
+        p.memory_capacity_gib
+    );
+    if !plan.runners_up.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "  runners-up");
+        for (rank, r) in plan.runners_up.iter().enumerate() {
+            let c = &r.config;
+            let _ = writeln!(
+                out,
+                "  {}. tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{}: {:.3} s, {:.0} tokens/s, MFU {:.1}%; {}",
+                rank + 2,
+                c.tp,
+                c.pp,
+                c.dp,
+                c.cp,
+                c.ep,
+                c.interleave,
+                c.microbatch,
+                c.zero,
+                if c.sequence_parallel { " sp" } else { "" },
+                r.step_time_s,
+                r.tokens_per_s,
+                r.mfu * 100.0,
+                r.reason
+            );
+        }
+    }
+    out
+}
+
+/// The plan as Markdown, for pull requests and reports.
+pub fn render_markdown(plan: &Plan) -> String {
+    let p = &plan.prediction;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### Plan: {} on {} ({} GPUs)\n",
+        plan.model, plan.cluster, plan.gpus
+    );
+    let _ = writeln!(out, "| | |\n|---|---|");
+    let _ = writeln!(out, "| degrees | {} |", degrees_label(plan));
+    let _ = writeln!(out, "| batching | {} |", batching_label(plan));
+    let _ = writeln!(out, "| stages | {} |", choices_label(plan));
+    let _ = writeln!(out, "| step time | {:.3} s |", p.step_time_s);
+    let _ = writeln!(out, "| tokens/s | {:.0} |", p.tokens_per_s);
+    let _ = writeln!(
+        out,
+        "| MFU / HFU | {:.1}% / {:.1}% |",
+        p.mfu * 100.0,
+        p.hfu * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "| peak memory | {:.1} of {:.1} GiB |",
+        p.peak_memory_gib, p.memory_capacity_gib
+    );
+    let _ = writeln!(out, "| solver | {} |", plan.solver.status.as_str());
+    let _ = writeln!(out, "| spec digest | `{}` |\n", plan.spec_digest);
+    let _ = writeln!(
+        out,
+        "| stage | layers | model layers | weights | gradients | optimizer | activations | buffers | total (GiB) |"
+    );
+    let _ = writeln!(out, "|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    for (stage, estimate) in plan.stages.iter().zip(&p.stages) {
+        let m = &estimate.memory;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            stage.stage,
+            stage.layers,
+            ranges_label(&stage.layer_ranges),
+            m.weights,
+            m.gradients,
+            m.optimizer,
+            m.activations,
+            m.buffers,
+            m.total()
+        );
+    }
+    if !plan.runners_up.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| runner-up | step time | tokens/s | MFU | loses on |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---|");
+        for r in &plan.runners_up {
+            let c = &r.config;
+            let _ = writeln!(
+                out,
+                "| tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{} | {:.3} s | {:.0} | {:.1}% | {} |",
+                c.tp,
+                c.pp,
+                c.dp,
+                c.cp,
+                c.ep,
+                c.interleave,
+                c.microbatch,
+                c.zero,
+                if c.sequence_parallel { " sp" } else { "" },
+                r.step_time_s,
+                r.tokens_per_s,
+                r.mfu * 100.0,
+                r.reason
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,439 @@
+//! The search space: the planner's own candidate sets for `auto` dimensions, the outer
+//! configurations (degrees, micro-batching, ZeRO, sequence parallel, interleave) and the stage
+//! options (recompute and offload) an outer configuration is combined with.
+//!
+//! `auto` candidate sets (documented in docs/PLANNER.md):
+//! - tp: powers of two up to `gpus_per_node` that divide `heads`, and divide `kv_heads` or are a
+//!   multiple of it (key/value heads are then replicated);
+//! - pp: divisors of `GPUs / tp` up to `layers`;
+//! - cp: 1, plus powers of two up to 32 when `seq_len ≥ 16384`, keeping ≥ 4096 tokens per rank;
+//! - ep: divisors of `experts` that divide `dp · cp` for mixture-of-experts models, else 1;
+//! - microbatch: powers of two up to 16 dividing `global_batch / dp`;
+//! - interleave: 1, plus 2, 3, 4, 6, 8 when `pp > 1`, `pp · v ≤ layers` and the micro-batch
+//!   count is a multiple of `pp` (Megatron's interleaved schedule needs that);
+//! - zero: 0–3 when the sharding group `dp · cp` has more than one rank, else 0;
+//! - sequence_parallel: both when `tp > 1`, else off;
+//! - recompute: none, selective, full, and partial full recompute of ¼, ½ and ¾ of the largest
+//!   even stage's layers;
+//! - offload: none, half or all of the optimizer states, and all optimizer states plus half the
+//!   activations.
+
+use tessel_grammar::{Choice, Offload, Recompute, SearchSpace, Spec, Strategy};
+
+/// The degrees and settings fixed outside the inner problem. Field order is the canonical
+/// tie-breaking order of configurations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OuterConfig {
+    pub tp: u64,
+    pub pp: u64,
+    pub cp: u64,
+    pub ep: u64,
+    pub dp: u64,
+    pub microbatch: u64,
+    /// Micro-batches per step per data-parallel rank.
+    pub microbatches: u64,
+    pub interleave: u64,
+    pub zero: u8,
+    pub sequence_parallel: bool,
+}
+
+impl OuterConfig {
+    /// A strategy with these degrees and the given stage choices.
+    pub fn strategy(
+        &self,
+        name: &str,
+        recompute: Recompute,
+        offload: Offload,
+        stages: Option<Vec<u64>>,
+    ) -> Strategy {
+        Strategy {
+            name: name.to_string(),
+            dp: self.dp,
+            tp: self.tp,
+            pp: self.pp,
+            cp: self.cp,
+            ep: self.ep,
+            microbatch: self.microbatch,
+            interleave: self.interleave,
+            recompute,
+            sequence_parallel: self.sequence_parallel,
+            zero: self.zero,
+            offload,
+            stages,
+        }
+    }
+
+    /// The outer part of a fixed strategy.
+    pub fn of_strategy(strategy: &Strategy, global_batch: u64) -> OuterConfig {
+        let per_step = strategy.dp.saturating_mul(strategy.microbatch).max(1);
+        OuterConfig {
+            tp: strategy.tp,
+            pp: strategy.pp,
+            cp: strategy.cp,
+            ep: strategy.ep,
+            dp: strategy.dp,
+            microbatch: strategy.microbatch,
+            microbatches: global_batch / per_step,
+            interleave: strategy.interleave,
+            zero: strategy.zero,
+            sequence_parallel: strategy.sequence_parallel,
+        }
+    }
+
+    /// Short human-readable form, e.g. `tp8 pp4 dp32 mb1×16 v5 zero1 sp`.
+    pub fn label(&self) -> String {
+        let mut parts = vec![format!("tp{} pp{}", self.tp, self.pp)];
+        if self.cp > 1 {
+            parts.push(format!("cp{}", self.cp));
+        }
+        if self.ep > 1 {
+            parts.push(format!("ep{}", self.ep));
+        }
+        parts.push(format!("dp{}", self.dp));
+        parts.push(format!("mb{}×{}", self.microbatch, self.microbatches));
+        if self.interleave > 1 {
+            parts.push(format!("v{}", self.interleave));
+        }
+        parts.push(format!("zero{}", self.zero));
+        if self.sequence_parallel {
+            parts.push("sp".to_string());
+        }
+        parts.join(" ")
+    }
+}
+
+/// One recompute/offload choice, applied to every stage of a plan.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StageOption {
+    pub recompute: Recompute,
+    pub offload: Offload,
+}
+
+impl StageOption {
+    pub fn label(&self) -> String {
+        format!(
+            "recompute {}, offload {}",
+            recompute_label(self.recompute),
+            offload_label(&self.offload)
+        )
+    }
+}
+
+pub fn recompute_label(recompute: Recompute) -> String {
+    match recompute {
+        Recompute::None => "none".to_string(),
+        Recompute::Selective => "selective".to_string(),
+        Recompute::Full => "full".to_string(),
+        Recompute::Partial { full_layers } => format!("full on {full_layers} layers per stage"),
+    }
+}
+
+pub fn offload_label(offload: &Offload) -> String {
+    if offload.is_none() {
+        return "none".to_string();
+    }
+    let parts: Vec<String> = [
+        ("optimizer", offload.optimizer),
+        ("weights", offload.weights),
+        ("gradients", offload.gradients),
+        ("activations", offload.activations),
+    ]
+    .iter()
+    .filter(|(_, fraction)| *fraction > 0.0)
+    .map(|(name, fraction)| format!("{name} {:.0}%", fraction * 100.0))
+    .collect();
+    parts.join(" + ")
+}
+
+/// Counts from enumerating the outer space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EnumerationCounts {
+    /// Combinations of candidate values looked at, valid or not.
+    pub enumerated: u64,
+    /// Combinations rejected because a degree does not divide what it must.
+    pub rejected_divisibility: u64,
+}
+
+fn values_or<T: Clone>(choice: &Choice<T>, auto: impl FnOnce() -> Vec<T>) -> Vec<T> {
+    match choice {
+        Choice::Auto => auto(),
+        Choice::Values(values) => values.clone(),
+    }
+}
+
+fn powers_of_two_up_to(limit: u64) -> Vec<u64> {
+    let mut values = Vec::new();
+    let mut value = 1;
+    while value <= limit {
+        values.push(value);
+        value *= 2;
+    }
+    values
+}
+
+fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut d = 1;
+    while d <= n / d {
+        if n.is_multiple_of(d) {
+            small.push(d);
+            if d != n / d {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}
+
+/// Long sequences from which context parallelism is worth searching.
+const CONTEXT_PARALLEL_MIN_SEQ: u64 = 16384;
+/// Tokens each context-parallel rank keeps at least.
+const CONTEXT_PARALLEL_MIN_TOKENS: u64 = 4096;
+const CONTEXT_PARALLEL_MAX: u64 = 32;
+const MICROBATCH_MAX: u64 = 16;
+const INTERLEAVE_CANDIDATES: [u64; 5] = [2, 3, 4, 6, 8];
+
+/// Every valid outer configuration of the spec's search space, in canonical order.
+pub fn outer_configs(spec: &Spec) -> (Vec<OuterConfig>, EnumerationCounts) {
+    let search: &SearchSpace = &spec.search;
+    let model = &spec.model;
+    let gpus = spec.cluster.total_gpus();
+    let global_batch = spec.train.global_batch;
+    let mut counts = EnumerationCounts::default();
+    let mut configs = Vec::new();
+    if gpus == 0 || global_batch == 0 || model.layers == 0 {
+        return (configs, counts);
+    }
+
+    let tps = values_or(&search.tp, || {
+        powers_of_two_up_to(spec.cluster.gpus_per_node.min(gpus))
+            .into_iter()
+            .filter(|&tp| {
+                model.heads.is_multiple_of(tp)
+                    && (model.kv_heads.is_multiple_of(tp) || tp.is_multiple_of(model.kv_heads))
+            })
+            .collect()
+    });
+    let cps = values_or(&search.cp, || {
+        let mut values = vec![1];
+        if spec.train.seq_len >= CONTEXT_PARALLEL_MIN_SEQ {
+            let mut cp = 2;
+            while cp <= CONTEXT_PARALLEL_MAX
+                && spec.train.seq_len / cp >= CONTEXT_PARALLEL_MIN_TOKENS
+            {
+                values.push(cp);
+                cp *= 2;
+            }
+        }
+        values
+    });
+
+    for &tp in &tps {
+        let heads_split = tp > 0
+            && model.heads.is_multiple_of(tp)
+            && (model.kv_heads.is_multiple_of(tp) || tp.is_multiple_of(model.kv_heads));
+        if !heads_split || !gpus.is_multiple_of(tp) {
+            counts.enumerated += 1;
+            counts.rejected_divisibility += 1;
+            continue;
+        }
+        let pps = values_or(&search.pp, || {
+            divisors(gpus / tp)
+                .into_iter()
+                .filter(|&pp| pp <= model.layers)
+                .collect()
+        });
+        for &pp in &pps {
+            for &cp in &cps {
+                let group = tp.saturating_mul(pp).saturating_mul(cp);
+                if pp == 0
+                    || cp == 0
+                    || pp > model.layers
+                    || !gpus.is_multiple_of(group)
+                    || !spec.train.seq_len.is_multiple_of(cp)
+                {
+                    counts.enumerated += 1;
+                    counts.rejected_divisibility += 1;
+                    continue;
+                }
+                let dp = gpus / group;
+                let dp_allowed = match &search.dp {
+                    Choice::Auto => true,
+                    Choice::Values(values) => values.contains(&dp),
+                };
+                if !dp_allowed || !global_batch.is_multiple_of(dp) {
+                    counts.enumerated += 1;
+                    counts.rejected_divisibility += 1;
+                    continue;
+                }
+                enumerate_inner(spec, tp, pp, cp, dp, &mut configs, &mut counts);
+            }
+        }
+    }
+    configs.sort();
+    configs.dedup();
+    (configs, counts)
+}
+
+fn enumerate_inner(
+    spec: &Spec,
+    tp: u64,
+    pp: u64,
+    cp: u64,
+    dp: u64,
+    configs: &mut Vec<OuterConfig>,
+    counts: &mut EnumerationCounts,
+) {
+    let search = &spec.search;
+    let model = &spec.model;
+    let per_rank = spec.train.global_batch / dp;
+    let eps = values_or(&search.ep, || match &model.moe {
+        Some(moe) => divisors(moe.experts)
+            .into_iter()
+            .filter(|&ep| (dp * cp).is_multiple_of(ep))
+            .collect(),
+        None => vec![1],
+    });
+    let microbatches = values_or(&search.microbatch, || {
+        powers_of_two_up_to(per_rank.min(MICROBATCH_MAX))
+            .into_iter()
+            .filter(|&mb| per_rank.is_multiple_of(mb))
+            .collect()
+    });
+    let zeros = values_or(&search.zero, || {
+        if dp * cp > 1 {
+            vec![0, 1, 2, 3]
+        } else {
+            vec![0]
+        }
+    });
+    let sps = values_or(&search.sequence_parallel, || {
+        if tp > 1 {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
+    });
+    for &ep in &eps {
+        let experts = model.moe.as_ref().map_or(1, |moe| moe.experts);
+        if ep == 0 || !(dp * cp).is_multiple_of(ep) || !experts.is_multiple_of(ep) {
+            counts.enumerated += 1;
+            counts.rejected_divisibility += 1;
+            continue;
+        }
+        for &microbatch in &microbatches {
+            if microbatch == 0 || !per_rank.is_multiple_of(microbatch) {
+                counts.enumerated += 1;
+                counts.rejected_divisibility += 1;
+                continue;
+            }
+            let m = per_rank / microbatch;
+            let interleaves = values_or(&search.interleave, || {
+                let mut values = vec![1];
+                if pp > 1 && m.is_multiple_of(pp) {
+                    values.extend(
+                        INTERLEAVE_CANDIDATES
+                            .iter()
+                            .copied()
+                            .filter(|&v| pp.saturating_mul(v) <= model.layers),
+                    );
+                }
+                values
+            });
+            for &interleave in &interleaves {
+                for &zero in &zeros {
+                    for &sequence_parallel in &sps {
+                        counts.enumerated += 1;
+                        let valid = interleave >= 1
+                            && pp.saturating_mul(interleave) <= model.layers
+                            && (interleave == 1 || (pp > 1 && m.is_multiple_of(pp)))
+                            && zero <= 3
+                            && !(sequence_parallel && tp == 1);
+                        if !valid {
+                            counts.rejected_divisibility += 1;
+                            continue;
+                        }
+                        configs.push(OuterConfig {
+                            tp,
+                            pp,
+                            cp,
+                            ep,
+                            dp,
+                            microbatch,
+                            microbatches: m,
+                            interleave,
+                            zero,
+                            sequence_parallel,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The recompute/offload options searched for an outer configuration, in canonical order.
+pub fn stage_options(spec: &Spec, outer: &OuterConfig) -> Vec<StageOption> {
+    let largest_stage = spec.model.layers.div_ceil(outer.pp.max(1));
+    let recomputes = values_or(&spec.search.recompute, || {
+        let mut values = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+        let mut partial: Vec<u64> = [1, 2, 3]
+            .iter()
+            .map(|quarter| (largest_stage * quarter).div_ceil(4))
+            .filter(|&n| n >= 1 && n < largest_stage)
+            .collect();
+        partial.dedup();
+        values.extend(
+            partial
+                .into_iter()
+                .map(|full_layers| Recompute::Partial { full_layers }),
+        );
+        values
+    });
+    let offloads = values_or(&spec.search.offload, || {
+        vec![
+            Offload::default(),
+            Offload {
+                optimizer: 0.5,
+                ..Offload::default()
+            },
+            Offload {
+                optimizer: 1.0,
+                ..Offload::default()
+            },
+            Offload {
+                optimizer: 1.0,
+                activations: 0.5,
+                ..Offload::default()
+            },
+        ]
+    });
+    let mut options = Vec::with_capacity(recomputes.len() * offloads.len());
+    for &recompute in &recomputes {
+        for &offload in &offloads {
+            options.push(StageOption { recompute, offload });
+        }
+    }
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn divisors_in_order() {
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(1), vec![1]);
+        assert_eq!(divisors(16), vec![1, 2, 4, 8, 16]);
+    }
+
+    #[test]
+    fn powers_of_two() {
+        assert_eq!(powers_of_two_up_to(8), vec![1, 2, 4, 8]);
+        assert_eq!(powers_of_two_up_to(6), vec![1, 2, 4]);
+    }
+}

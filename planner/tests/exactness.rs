@@ -1,0 +1,214 @@
+//! The search's optimum equals brute force over the same space on many small generated
+//! instances: every outer configuration, every stage option, every split of the layers.
+
+mod common;
+
+use common::synthetic_model::SyntheticModel;
+use common::*;
+use tessel_grammar::{Choice, MlpKind, Offload, Recompute, Spec};
+use tessel_planner::{
+    outer_configs, plan, stage_options, OuterConfig, PlanError, PlanOptions, StageCostModel,
+};
+use tessel_symbolic::cost::StageCost;
+
+/// A small deterministic generator (64-bit LCG, Knuth's constants).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    fn pick<T: Copy>(&mut self, values: &[T]) -> T {
+        values[(self.next() % values.len() as u64) as usize]
+    }
+}
+
+fn instance(seed: u64) -> Spec {
+    let mut rng = Lcg(seed);
+    let layers = rng.pick(&[2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 16]);
+    let hidden = rng.pick(&[1024, 2048, 4096]);
+    let heads = rng.pick(&[8, 16]);
+    let kv_heads = rng.pick(&[heads, 2, 4]);
+    let mlp = rng.pick(&[MlpKind::Gelu, MlpKind::Swiglu]);
+    let model = dense_model(
+        "generated",
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        4 * hidden,
+        32000,
+        mlp,
+    );
+    let gpus_per_node = rng.pick(&[2, 4, 8]);
+    let nodes = rng.pick(&[1, 2, 4, 8]);
+    let memory = rng.pick(&[1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 80.0]);
+    let seq = rng.pick(&[1024, 2048, 4096]);
+    let batch = rng.pick(&[8, 16, 32, 64]);
+    let mut spec = spec(
+        model,
+        h100_cluster(nodes, gpus_per_node, memory),
+        seq,
+        batch,
+    );
+    // Small models rarely need a pipeline; most instances insist on one so that the MILP decides.
+    if !rng.next().is_multiple_of(4) {
+        spec.search.pp = Choice::Values(vec![2, 3, 4]);
+    }
+    if rng.next().is_multiple_of(2) {
+        spec.search.recompute = Choice::Values(vec![
+            Recompute::None,
+            Recompute::Full,
+            Recompute::Partial { full_layers: 1 },
+        ]);
+        spec.search.offload = Choice::Values(vec![
+            Offload::default(),
+            Offload {
+                optimizer: 1.0,
+                ..Offload::default()
+            },
+        ]);
+    }
+    spec
+}
+
+/// Every way to put `layers` layers on `stages` stages, at least `least` each.
+fn splits(layers: u64, stages: u64, least: u64) -> Vec<Vec<u64>> {
+    if stages == 1 {
+        return if layers >= least {
+            vec![vec![layers]]
+        } else {
+            Vec::new()
+        };
+    }
+    let mut all = Vec::new();
+    let most = layers.saturating_sub((stages - 1) * least);
+    for first in least..=most {
+        for mut rest in splits(layers - first, stages - 1, least) {
+            rest.insert(0, first);
+            all.push(rest);
+        }
+    }
+    all
+}
+
+/// The best step time of each outer configuration, by brute force.
+fn brute_force(spec: &Spec, model: &SyntheticModel) -> Vec<(f64, OuterConfig)> {
+    let (configs, _) = outer_configs(spec);
+    let capacity = model.memory_capacity();
+    let mut best = Vec::new();
+    for outer in configs {
+        let least = if outer.pp == 1 {
+            spec.model.layers
+        } else {
+            outer.interleave
+        };
+        let candidates = splits(spec.model.layers, outer.pp, least);
+        let mut outer_best = f64::INFINITY;
+        for option in stage_options(spec, &outer) {
+            let strategy = outer.strategy("brute", option.recompute, option.offload, None);
+            let shape = model.pipeline_shape(&strategy);
+            let cost = |stage: u64, layers: u64| -> StageCost {
+                model.stage_cost(&strategy, stage, layers, option.recompute, option.offload)
+            };
+            for split in &candidates {
+                let costs: Vec<StageCost> = split
+                    .iter()
+                    .enumerate()
+                    .map(|(stage, &layers)| cost(stage as u64, layers))
+                    .collect();
+                if costs.iter().all(|c| c.memory.total() <= capacity) {
+                    outer_best = outer_best.min(shape.step_time(&costs));
+                }
+            }
+        }
+        if outer_best.is_finite() {
+            best.push((outer_best, outer));
+        }
+    }
+    best.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    best
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs())
+}
+
+#[test]
+fn search_matches_brute_force_on_generated_instances() {
+    let mut checked = 0;
+    let mut infeasible = 0;
+    let mut memory_shaped = 0;
+    let mut uneven = 0;
+    for seed in 0..60 {
+        let spec = instance(seed);
+        let model = SyntheticModel::new(spec.clone());
+        let expected = brute_force(&spec, &model);
+        let options = PlanOptions {
+            top: Some(2),
+            ..PlanOptions::default()
+        };
+        match plan(&spec, &model, &options) {
+            Ok(outcome) => {
+                let plan = outcome.plan;
+                assert!(
+                    !expected.is_empty(),
+                    "seed {seed}: plan found, brute force none"
+                );
+                assert!(
+                    close(plan.solver.objective_s, expected[0].0),
+                    "seed {seed}: search {} vs brute force {} ({:?})",
+                    plan.solver.objective_s,
+                    expected[0].0,
+                    expected[0].1
+                );
+                assert!(close(plan.prediction.step_time_s, expected[0].0));
+                // The runners-up are the next best configurations, in order.
+                for (i, runner) in plan.runners_up.iter().enumerate() {
+                    assert!(
+                        close(runner.step_time_s, expected[i + 1].0),
+                        "seed {seed}: runner-up {i} {} vs {}",
+                        runner.step_time_s,
+                        expected[i + 1].0
+                    );
+                }
+                assert_eq!(plan.runners_up.len(), (expected.len() - 1).min(2));
+                let stage = &plan.stages[0];
+                if stage.recompute != Recompute::None || !stage.offload.is_none() {
+                    memory_shaped += 1;
+                }
+                let layers: Vec<u64> = plan.stages.iter().map(|s| s.layers).collect();
+                let even = tessel_planner::even_split(
+                    spec.model.layers,
+                    plan.config.pp,
+                    plan.config.interleave,
+                );
+                if layers != even {
+                    uneven += 1;
+                }
+                checked += 1;
+            }
+            Err(PlanError::NothingFits { .. }) => {
+                assert!(
+                    expected.is_empty(),
+                    "seed {seed}: brute force fits, search found nothing"
+                );
+                infeasible += 1;
+            }
+            Err(other) => panic!("seed {seed}: {other}"),
+        }
+    }
+    // The generator must exercise both outcomes.
+    assert!(checked >= 30, "only {checked} feasible instances");
+    assert!(infeasible >= 1, "no infeasible instance generated");
+    assert!(
+        memory_shaped >= 5,
+        "only {memory_shaped} plans needed recompute or offload"
+    );
+    assert!(uneven >= 3, "only {uneven} plans split the layers unevenly");
+}
