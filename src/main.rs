@@ -12,6 +12,8 @@ enum Cli {
     Check(cli::check::Args),
     /// Predict step time, throughput, MFU and per-stage memory of one fixed configuration.
     Estimate(cli::estimate::Args),
+    /// Search for the best plan and write the plan file.
+    Plan(Box<cli::plan::Args>),
     /// Write a model block from another tool's model description.
     #[command(subcommand)]
     Import(cli::import::Source),
@@ -27,6 +29,7 @@ fn main() -> ExitCode {
     match command {
         Cli::Check(args) => cli::check::run(&args),
         Cli::Estimate(args) => cli::estimate::run(&args),
+        Cli::Plan(args) => cli::plan::run(&args),
         Cli::Import(source) => cli::import::run(&source),
         Cli::Export(args) => cli::export::run(&args),
     }

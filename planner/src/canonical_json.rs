@@ -30,6 +30,11 @@ fn format_number(number: &Number) -> String {
         return number.to_string();
     }
     match number.as_f64() {
+        // Whole numbers (bytes, bandwidths in a spec) are exact already; printing them whole
+        // keeps a spec embedded in a plan identical to the one it came from.
+        Some(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 9.007_199_254_740_992e15 => {
+            format!("{x:.0}")
+        }
         Some(x) if x.is_finite() => {
             let rounded = round_significant(x);
             // `-0` and `0` must print the same.

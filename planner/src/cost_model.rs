@@ -38,3 +38,29 @@ pub trait StageCostModel: Sync {
     /// Full prediction of a fixed strategy (with `stages`, `recompute` and `offload` set).
     fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String>;
 }
+
+/// The real cost model, as the search sees it.
+impl StageCostModel for tessel_symbolic::cost::CostModel {
+    fn stage_cost(
+        &self,
+        strategy: &Strategy,
+        stage: u64,
+        layers: u64,
+        recompute: Recompute,
+        offload: Offload,
+    ) -> StageCost {
+        tessel_symbolic::cost::CostModel::stage_cost(self, strategy, stage, layers, recompute, offload)
+    }
+
+    fn pipeline_shape(&self, strategy: &Strategy) -> PipelineShape {
+        tessel_symbolic::cost::CostModel::pipeline_shape(self, strategy)
+    }
+
+    fn memory_capacity(&self) -> f64 {
+        tessel_symbolic::cost::CostModel::memory_capacity(self)
+    }
+
+    fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String> {
+        tessel_symbolic::cost::CostModel::estimate(self, strategy).map_err(|e| e.to_string())
+    }
+}

@@ -24,7 +24,7 @@ pub enum PlanError {
 
 impl PlanError {
     /// The CLI's exit status for this error: 2 when nothing fits, 1 for wrong input.
-    pub fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> u8 {
         match self {
             PlanError::NothingFits { .. } => 2,
             _ => 1,

@@ -124,6 +124,9 @@ pub struct Plan {
     pub format: String,
     /// SHA-256 of the canonical JSON of the spec the plan was made for.
     pub spec_digest: String,
+    /// The resolved spec the plan was made for, so that `launch`, `export`, `report` and
+    /// `diff` need nothing but the plan file.
+    pub spec: Spec,
     pub model: String,
     pub cluster: String,
     pub gpus: u64,

@@ -303,6 +303,7 @@ fn assemble(
     Plan {
         format: PLAN_FORMAT.to_string(),
         spec_digest: spec_digest(spec),
+        spec: spec.clone(),
         model: spec.model.name.clone(),
         cluster: spec.cluster.name.clone(),
         gpus: spec.cluster.total_gpus(),

@@ -4,6 +4,7 @@ pub mod check;
 pub mod estimate;
 pub mod export;
 pub mod import;
+pub mod plan;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,6 +13,9 @@ use tessel_grammar::{Diagnostics, Spec};
 
 /// The user's input is wrong (a diagnostic was printed).
 pub const EXIT_BAD_INPUT: u8 = 1;
+
+/// `diff` or `plan --check` found a regression or a stale plan.
+pub const EXIT_REGRESSION: u8 = 3;
 
 /// Prints a command-line parsing error (or `--help`/`--version`) and picks the exit code: a
 /// malformed command line is bad input like a malformed spec.

@@ -1,0 +1,194 @@
+//! `tessel plan SPEC [-o plan.json] [--top K] [--format table|json|markdown] [--explain]`:
+//! search the spec's space and write the best plan; `--strategy NAME` writes the plan of a fixed
+//! configuration instead; `--check plan.json` says whether a committed plan is still current.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tessel_grammar::Spec;
+use tessel_planner::{
+    plan, plan_fixed, render_explain, render_markdown, render_table, Plan, PlanError, PlanOptions,
+    SearchProgress, StageCostModel,
+};
+use tessel_symbolic::cost::CostModel;
+
+use super::estimate::StrategyArgs;
+use super::{EXIT_BAD_INPUT, EXIT_REGRESSION};
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The spec file (`*.tsl`).
+    pub spec: PathBuf,
+    /// Write the plan file here.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Runners-up to list (default: the search block's `top`, else 3).
+    #[arg(long)]
+    pub top: Option<usize>,
+    /// How to print the plan on standard output.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Say which constraint binds and what each runner-up loses on.
+    #[arg(long)]
+    pub explain: bool,
+    /// Exit 3 when this committed plan no longer matches the spec, or a plan better by more
+    /// than --threshold exists.
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["output"])]
+    pub check: Option<PathBuf>,
+    /// Improvement in predicted step time, in percent, that makes a committed plan stale.
+    #[arg(long, default_value_t = 1.0)]
+    pub threshold: f64,
+    /// Plan this fixed configuration (a `strategy` block, with any overrides) instead of searching.
+    #[command(flatten)]
+    pub fixed: StrategyArgs,
+}
+
+impl Args {
+    fn is_fixed(&self) -> bool {
+        let s = &self.fixed;
+        s.strategy.is_some()
+            || [s.dp, s.tp, s.pp, s.cp, s.ep, s.microbatch, s.interleave]
+                .iter()
+                .any(Option::is_some)
+            || s.recompute.is_some()
+            || s.zero.is_some()
+            || s.sequence_parallel.is_some()
+    }
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let spec = match super::load_spec(&args.spec) {
+        Ok(spec) => spec,
+        Err(code) => return code,
+    };
+    let model = match CostModel::new(&spec) {
+        Ok(model) => model,
+        Err(error) => {
+            eprintln!("error: {}: {error}", args.spec.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let planned = if args.is_fixed() {
+        match args.fixed.resolve(&spec, &args.spec) {
+            Ok(strategy) => plan_fixed(&spec, &model, &strategy),
+            Err(code) => return code,
+        }
+    } else {
+        search(&spec, &model, args.top)
+    };
+    let plan = match planned {
+        Ok(plan) => plan,
+        Err(error) => return plan_error(&args.spec, &error),
+    };
+    if let Some(committed) = &args.check {
+        return check(committed, &plan, args.threshold);
+    }
+    let shown = match args.format {
+        Format::Table => render_table(&plan),
+        Format::Json => plan.to_json(),
+        Format::Markdown => render_markdown(&plan),
+    };
+    print!("{shown}");
+    if args.explain {
+        print!("\n{}", render_explain(&plan));
+    }
+    match &args.output {
+        Some(path) => super::write_output(Some(path), &plan.to_json()),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// The full search, with a progress line on a terminal once it has run for a second.
+fn search(spec: &Spec, model: &CostModel, top: Option<usize>) -> Result<Plan, PlanError> {
+    let started = Instant::now();
+    let terminal = std::io::stderr().is_terminal();
+    let shown = Mutex::new(false);
+    let progress = |p: &SearchProgress| {
+        if !terminal || started.elapsed().as_secs_f64() < 1.0 {
+            return;
+        }
+        let best = p
+            .best_step_time_s
+            .map_or("none yet".to_string(), |s| format!("{s:.3} s"));
+        eprint!(
+            "\rsearching: {} screened, {} evaluated, {} MILPs, best step {best}   ",
+            p.screened, p.evaluated, p.milps_solved
+        );
+        if let Ok(mut shown) = shown.lock() {
+            *shown = true;
+        }
+    };
+    let factory = |changed: &Spec| {
+        CostModel::new(changed)
+            .map(|m| Box::new(m) as Box<dyn StageCostModel>)
+            .map_err(|e| e.to_string())
+    };
+    let options = PlanOptions {
+        top,
+        milp: None,
+        progress: Some(&progress),
+        model_for_spec: Some(&factory),
+    };
+    let outcome = plan(spec, model, &options);
+    if shown.into_inner().unwrap_or(false) {
+        eprintln!();
+    }
+    outcome.map(|o| o.plan)
+}
+
+fn plan_error(spec_path: &std::path::Path, error: &PlanError) -> ExitCode {
+    match error {
+        PlanError::NothingFits { .. } => eprintln!("error: nothing fits\n{error}"),
+        _ => eprintln!("error: {}: {error}", spec_path.display()),
+    }
+    ExitCode::from(error.exit_code())
+}
+
+/// Compares a committed plan with a fresh one: stale when the spec changed, or when the fresh
+/// plan is predicted faster by more than `threshold_pct`.
+fn check(committed_path: &std::path::Path, fresh: &Plan, threshold_pct: f64) -> ExitCode {
+    let committed = match std::fs::read_to_string(committed_path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| Plan::from_json(&text).map_err(|e| e.to_string()))
+    {
+        Ok(plan) => plan,
+        Err(error) => {
+            eprintln!("error: {}: {error}", committed_path.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let name = committed_path.display();
+    if committed.spec_digest != fresh.spec_digest {
+        println!(
+            "stale: {name} was made for another version of the spec (digest {} ≠ {}); re-run `tessel plan` and commit the result",
+            short(&committed.spec_digest),
+            short(&fresh.spec_digest)
+        );
+        return ExitCode::from(EXIT_REGRESSION);
+    }
+    let old = committed.prediction.step_time_s;
+    let new = fresh.prediction.step_time_s;
+    let gain_pct = (old - new) / old * 100.0;
+    if gain_pct > threshold_pct {
+        println!(
+            "stale: a better plan exists: predicted step {new:.4} s instead of {old:.4} s ({gain_pct:.1}% faster, threshold {threshold_pct}%)"
+        );
+        return ExitCode::from(EXIT_REGRESSION);
+    }
+    println!("current: {name} matches its spec and no plan is more than {threshold_pct}% faster");
+    ExitCode::SUCCESS
+}
+
+fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(12)]
+}
