@@ -215,7 +215,7 @@ fn main() {
     );
     println!(
         "stage costs through the compiled program ({} instructions): {compiled_per_second:.0}/s",
-        model.program().num_instructions()
+        model.program().map_or(0, |p| p.num_instructions())
     );
     println!(
         "whole steps ({} devices' stage costs, step time and peak memory): {steps_per_second:.0}/s",

@@ -35,8 +35,9 @@ pub struct CostModel {
     efficiency: KernelEfficiency,
     staged: StagedExprs,
     /// The outputs of `staged`, inlined, simplified and compiled over the slots: what
-    /// `stage_cost` evaluates.
-    program: Program,
+    /// `stage_cost` evaluates. `None` for a model built for a few evaluations only
+    /// ([`CostModel::uncompiled`]), which walks `staged` instead.
+    program: Option<Program>,
 }
 
 impl CostModel {
@@ -59,20 +60,33 @@ impl CostModel {
         calibration: Calibration,
         efficiency: KernelEfficiency,
     ) -> Result<CostModel, CostError> {
-        validate_spec(spec)?;
-        let staged = StagedExprs::new(spec, efficiency, calibration);
+        let mut model = CostModel::uncompiled(spec, calibration, efficiency)?;
         let slots: Vec<Symbol> = Slot::ALL.iter().map(|slot| slot.symbol()).collect();
-        let program = Program::compile(&staged.inlined(), &slots).map_err(|error| {
+        let program = Program::compile(&model.staged.inlined(), &slots).map_err(|error| {
             CostError::spec(format!(
                 "the stage-cost expressions do not compile: {error}"
             ))
         })?;
+        model.program = Some(program);
+        Ok(model)
+    }
+
+    /// The same model without the compiled program: stage costs walk the named-intermediate
+    /// trees (equal within rounding, slower per call). Compiling takes a few milliseconds,
+    /// far more than the handful of stage evaluations one `estimate` needs, so validation and
+    /// calibration, which build a model per published run and per trial, use this.
+    pub fn uncompiled(
+        spec: &Spec,
+        calibration: Calibration,
+        efficiency: KernelEfficiency,
+    ) -> Result<CostModel, CostError> {
+        validate_spec(spec)?;
         Ok(CostModel {
             spec: spec.clone(),
             calibration,
             efficiency,
-            staged,
-            program,
+            staged: StagedExprs::new(spec, efficiency, calibration),
+            program: None,
         })
     }
 
@@ -123,13 +137,13 @@ impl CostModel {
         }
     }
 
-    /// The compiled stage-cost program (inputs in [`Slot::ALL`] order, outputs in
+    /// The compiled stage-cost program, if built (inputs in [`Slot::ALL`] order, outputs in
     /// [`Output::ALL`] order).
-    pub fn program(&self) -> &Program {
-        &self.program
+    pub fn program(&self) -> Option<&Program> {
+        self.program.as_ref()
     }
 
-    /// Evaluates every output for one stage through the compiled program.
+    /// Evaluates every output for one stage (through the compiled program when there is one).
     pub fn stage_outputs(
         &self,
         strategy: &Strategy,
@@ -146,10 +160,11 @@ impl CostModel {
     /// Evaluates every output from slot values (in [`Slot::ALL`] order).
     pub fn eval_slots(&self, values: &[f64; Slot::ALL.len()]) -> StageOutputs {
         let mut out = [0.0; Output::ALL.len()];
-        SCRATCH.with(|scratch| {
-            self.program
-                .eval_into(values, &mut scratch.borrow_mut(), &mut out)
-        });
+        match &self.program {
+            Some(program) => SCRATCH
+                .with(|scratch| program.eval_into(values, &mut scratch.borrow_mut(), &mut out)),
+            None => out.copy_from_slice(&self.staged.eval(values)),
+        }
         out
     }
 
