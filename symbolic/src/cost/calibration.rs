@@ -166,8 +166,8 @@ impl Default for Calibration {
             layer_overhead_s: 59.62e-6,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
-            cuda_context_bytes: 1.0094e9,
-            comm_buffer_bytes: 1.498e9,
+            cuda_context_bytes: 1.442e9,
+            comm_buffer_bytes: 1.442e9,
             fragmentation: 0.103,
             logits_bytes_per_element: 6.0,
         }
