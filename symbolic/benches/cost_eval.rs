@@ -1,7 +1,10 @@
-//! Throughput of the cost model's evaluation: full stage costs (every time and memory output)
-//! per second by tree evaluation of the stage-cost expressions, for a GPT-3 175B spec on 1024
-//! A100s. `cargo bench -p tessel-symbolic --bench cost_eval` runs it for a few seconds; under
-//! `cargo test` it runs a handful of iterations only.
+//! Throughput of the cost model's evaluation, for a GPT-3 175B spec on 1024 A100s: full stage
+//! costs (every time and memory output of one pipeline device) per second through the compiled
+//! program that `CostModel::stage_cost` runs, against tree evaluation of the same expressions,
+//! and whole step predictions (every device's stage cost combined into a step time and a peak
+//! memory). `cargo bench -p tessel-symbolic --bench cost_eval` runs it for a few seconds and
+//! prints the machine's load average beside the numbers; under `cargo test` it runs a handful
+//! of iterations only.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -10,7 +13,7 @@ use tessel_grammar::{
     ClusterSpec, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind, Offload, Optimizer,
     PeakCompute, PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
 };
-use tessel_symbolic::cost::{slot_values, CostModel, Slot};
+use tessel_symbolic::cost::{slot_values, stage_layers, CostModel, Slot, StageCost};
 use tessel_symbolic::Expr;
 
 fn spec() -> Spec {
@@ -146,12 +149,60 @@ fn main() {
     }
     let staged_per_second = staged_evaluations as f64 / start.elapsed().as_secs_f64();
     let start = Instant::now();
+    let mut compiled = 0u64;
+    while start.elapsed() < budget {
+        for _ in 0..1000 {
+            black_box(model.stage_cost(
+                black_box(&strategy),
+                3,
+                12,
+                Recompute::Selective,
+                Offload::default(),
+            ));
+        }
+        compiled += 1000;
+    }
+    let compiled_per_second = compiled as f64 / start.elapsed().as_secs_f64();
+    // A whole step: the cost of each of the pp devices, combined by the pipeline shape, and
+    // the peak memory over devices (what the planner evaluates per candidate).
+    let layers = stage_layers(&spec, &strategy);
+    let shape = model.pipeline_shape(&strategy);
+    let mut costs: Vec<StageCost> = Vec::with_capacity(layers.len());
+    let start = Instant::now();
+    let mut steps = 0u64;
+    while start.elapsed() < budget {
+        for _ in 0..100 {
+            costs.clear();
+            for (stage, &count) in layers.iter().enumerate() {
+                costs.push(model.stage_cost(
+                    black_box(&strategy),
+                    stage as u64,
+                    count,
+                    Recompute::Selective,
+                    Offload::default(),
+                ));
+            }
+            let peak = costs.iter().map(|c| c.memory.total()).fold(0.0, f64::max);
+            black_box((shape.step_time(&costs), peak));
+        }
+        steps += 100;
+    }
+    let steps_per_second = steps as f64 / start.elapsed().as_secs_f64();
+    let start = Instant::now();
     let mut estimates = 0u64;
     while start.elapsed() < budget {
         black_box(model.estimate(&strategy).map(|e| e.step_time_s).ok());
         estimates += 1;
     }
     let estimates_per_second = estimates as f64 / start.elapsed().as_secs_f64();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".into());
     println!(
         "{} slots, {} outputs, {nodes} expression nodes",
         slots.len(),
@@ -162,5 +213,14 @@ fn main() {
         "stage-cost evaluations, {} named intermediates ({staged_nodes} nodes): {staged_per_second:.0}/s",
         staged.bindings.len()
     );
+    println!(
+        "stage costs through the compiled program ({} instructions): {compiled_per_second:.0}/s",
+        model.program().map_or(0, |p| p.num_instructions())
+    );
+    println!(
+        "whole steps ({} devices' stage costs, step time and peak memory): {steps_per_second:.0}/s",
+        layers.len()
+    );
     println!("full estimates (8 stages, validation included): {estimates_per_second:.0}/s");
+    println!("load average (1, 5, 15 min): {load}");
 }

@@ -37,18 +37,46 @@ fn main() {
             println!("  peak {:.2} GiB", est.peak_memory_gib);
         }
     }
-    for o in &outcomes {
+    for (case, o) in cases.iter().zip(&outcomes) {
+        let s = &case.strategy;
+        let shares = tessel_symbolic::cost::CostModel::new(&case.spec)
+            .ok()
+            .and_then(|m| m.estimate(s).ok())
+            .map_or(String::new(), |e| {
+                let t = &e.time;
+                let step = e.step_time_s;
+                let share = |x: f64| format!("{:2.0}", 100.0 * x / step);
+                format!(
+                    "c{} r{} tp{} pp{} dp{} b{} o{} | mem {:.1} GiB",
+                    share(t.compute),
+                    share(t.recompute),
+                    share(t.tp_comm),
+                    share(t.pp_comm),
+                    share(t.dp_comm),
+                    share(t.bubble),
+                    share(t.optimizer),
+                    e.peak_memory_gib
+                )
+            });
         println!(
-            "{:4} {:28} {:45} thr {:>8} mem {:>8} mfu {:.3} fitsOK {} {}",
+            "{:4} {:12} {:24} t{}p{}d{}c{} mb{} z{} {:10} thr {:>7} mem {:>7} mfu {:.3} fitsOK {} {} {}",
             o.line,
-            o.source.label(),
-            o.model.chars().take(45).collect::<String>(),
+            o.source.label().chars().take(12).collect::<String>(),
+            o.model.chars().take(24).collect::<String>(),
+            s.tp,
+            s.pp,
+            s.dp,
+            s.cp,
+            s.microbatch,
+            s.zero,
+            format!("{:?}", s.recompute).chars().take(10).collect::<String>(),
             o.throughput_error
                 .map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
             o.memory_error
                 .map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
             o.mfu,
             o.oom != o.predicted_fits,
+            shares,
             o.error.clone().unwrap_or_default()
         );
     }

@@ -17,8 +17,8 @@ mod types;
 
 pub use calibration::{Calibration, GpuGeneration, KernelEfficiency};
 pub use error::CostError;
-pub use layout::{spread_layers, stage_layers, validate_strategy};
-pub use model::CostModel;
+pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
+pub use model::{CostModel, StageOutputs};
 pub use overrides::StrategyOverrides;
 pub use report::{estimate_json, render_estimate_json, render_estimate_table, round6};
 pub use slots::{slot_values, Output, Slot};

@@ -1,6 +1,8 @@
 //! [`CostModel`]: the stage-cost expressions of one spec, and the prediction of a whole step
 //! built from them.
 
+use std::cell::RefCell;
+
 use tessel_grammar::{Offload, Precision, Recompute, Spec, Strategy};
 
 use super::calibration::{Calibration, KernelEfficiency};
@@ -10,9 +12,20 @@ use super::stage_exprs::StagedExprs;
 use super::{
     CostError, Estimate, MemoryBreakdown, PipelineShape, StageCost, StageEstimate, TimeBreakdown,
 };
-use crate::{Expr, Symbol};
+use crate::{Expr, Program, Symbol};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Every output of one stage, in [`Output::ALL`] order.
+pub type StageOutputs = [f64; Output::ALL.len()];
+
+thread_local! {
+    /// The register array of the compiled stage-cost program, one per thread, so that
+    /// `stage_cost` allocates nothing after a thread's first call and `CostModel` stays
+    /// `Send + Sync` without locking. Programs of different models share it (each call
+    /// overwrites what it reads).
+    static SCRATCH: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
 
 /// The cost model of one spec: built once, then evaluated for any strategy. `Send + Sync`.
 #[derive(Clone, Debug)]
@@ -21,6 +34,10 @@ pub struct CostModel {
     calibration: Calibration,
     efficiency: KernelEfficiency,
     staged: StagedExprs,
+    /// The outputs of `staged`, inlined, simplified and compiled over the slots: what
+    /// `stage_cost` evaluates. `None` for a model built for a few evaluations only
+    /// ([`CostModel::uncompiled`]), which walks `staged` instead.
+    program: Option<Program>,
 }
 
 impl CostModel {
@@ -43,12 +60,33 @@ impl CostModel {
         calibration: Calibration,
         efficiency: KernelEfficiency,
     ) -> Result<CostModel, CostError> {
+        let mut model = CostModel::uncompiled(spec, calibration, efficiency)?;
+        let slots: Vec<Symbol> = Slot::ALL.iter().map(|slot| slot.symbol()).collect();
+        let program = Program::compile(&model.staged.inlined(), &slots).map_err(|error| {
+            CostError::spec(format!(
+                "the stage-cost expressions do not compile: {error}"
+            ))
+        })?;
+        model.program = Some(program);
+        Ok(model)
+    }
+
+    /// The same model without the compiled program: stage costs walk the named-intermediate
+    /// trees (equal within rounding, slower per call). Compiling takes a few milliseconds,
+    /// far more than the handful of stage evaluations one `estimate` needs, so validation and
+    /// calibration, which build a model per published run and per trial, use this.
+    pub fn uncompiled(
+        spec: &Spec,
+        calibration: Calibration,
+        efficiency: KernelEfficiency,
+    ) -> Result<CostModel, CostError> {
         validate_spec(spec)?;
         Ok(CostModel {
             spec: spec.clone(),
             calibration,
             efficiency,
             staged: StagedExprs::new(spec, efficiency, calibration),
+            program: None,
         })
     }
 
@@ -71,7 +109,8 @@ impl CostModel {
         (slots, self.staged.inlined())
     }
 
-    /// The same outputs with shared sub-expressions named (what `stage_cost` evaluates).
+    /// The same outputs with shared sub-expressions named (the tree-evaluation reference the
+    /// compiled program is tested against).
     pub fn staged_exprs(&self) -> &StagedExprs {
         &self.staged
     }
@@ -98,7 +137,13 @@ impl CostModel {
         }
     }
 
-    /// Evaluates every output for one stage.
+    /// The compiled stage-cost program, if built (inputs in [`Slot::ALL`] order, outputs in
+    /// [`Output::ALL`] order).
+    pub fn program(&self) -> Option<&Program> {
+        self.program.as_ref()
+    }
+
+    /// Evaluates every output for one stage (through the compiled program when there is one).
     pub fn stage_outputs(
         &self,
         strategy: &Strategy,
@@ -106,10 +151,21 @@ impl CostModel {
         layers: u64,
         recompute: Recompute,
         offload: Offload,
-    ) -> Vec<f64> {
+    ) -> StageOutputs {
         let m = microbatches(&self.spec, strategy).max(1);
         let values = slot_values(strategy, m, stage, layers, recompute, offload);
-        self.staged.eval(&values)
+        self.eval_slots(&values)
+    }
+
+    /// Evaluates every output from slot values (in [`Slot::ALL`] order).
+    pub fn eval_slots(&self, values: &[f64; Slot::ALL.len()]) -> StageOutputs {
+        let mut out = [0.0; Output::ALL.len()];
+        match &self.program {
+            Some(program) => SCRATCH
+                .with(|scratch| program.eval_into(values, &mut scratch.borrow_mut(), &mut out)),
+            None => out.copy_from_slice(&self.staged.eval(values)),
+        }
+        out
     }
 
     /// What one pipeline device costs for one choice of layers, recompute and offload.
@@ -130,7 +186,7 @@ impl CostModel {
         validate_strategy(&self.spec, strategy)?;
         let layers = stage_layers(&self.spec, strategy);
         let m = microbatches(&self.spec, strategy).max(1) as f64;
-        let outputs: Vec<Vec<f64>> = layers
+        let outputs: Vec<StageOutputs> = layers
             .iter()
             .enumerate()
             .map(|(stage, &count)| {

@@ -60,7 +60,7 @@ pub fn evaluate_case(
         mfu: 0.0,
         error: None,
     };
-    let model = match CostModel::with_parameters(&case.spec, calibration, efficiency) {
+    let model = match CostModel::uncompiled(&case.spec, calibration, efficiency) {
         Ok(model) => model,
         Err(err) => {
             outcome.error = Some(err.to_string());

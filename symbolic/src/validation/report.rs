@@ -66,38 +66,25 @@ pub fn render_validation_markdown(
             memory.count
         );
     }
-    let group = |fit: bool| {
-        let picked = outcomes.iter().filter(move |o| o.source.is_fit() == fit);
-        (
-            ErrorStats::of(picked.clone().filter_map(|o| o.throughput_error)),
-            ErrorStats::of(picked.filter_map(|o| o.memory_error)),
-        )
-    };
     let everything = (
         ErrorStats::of(outcomes.iter().filter_map(|o| o.throughput_error)),
         ErrorStats::of(outcomes.iter().filter_map(|o| o.memory_error)),
     );
-    for (label, (throughput, memory)) in [
-        ("all fit sources", group(true)),
-        ("all evaluation sources", group(false)),
-        ("all sources", everything),
-    ] {
-        let cell = |s: &ErrorStats| {
-            if s.count == 0 {
-                "– | –".to_string()
-            } else {
-                format!("{} | {}", pct(s.mean), pct(s.max))
-            }
-        };
-        let _ = writeln!(
-            out,
-            "| **{label}** | | | {} | {} | {} | {} |",
-            throughput.count,
-            cell(&throughput),
-            memory.count,
-            cell(&memory)
-        );
-    }
+    let cell = |s: &ErrorStats| {
+        if s.count == 0 {
+            "– | –".to_string()
+        } else {
+            format!("{} | {}", pct(s.mean), pct(s.max))
+        }
+    };
+    let _ = writeln!(
+        out,
+        "| **all sources** | | | {} | {} | {} | {} |",
+        everything.0.count,
+        cell(&everything.0),
+        everything.1.count,
+        cell(&everything.1)
+    );
 
     out.push_str("\n## Ranking of configurations\n\n");
     out.push_str(
