@@ -59,6 +59,34 @@ const CASES: &[(&str, &[&str])] = &[
         "estimate_bad_recompute",
         &["estimate", "specs/llama3-70b.tsl", "--recompute", "most"],
     ),
+    (
+        "plan_llama3_70b_explain",
+        &["plan", "specs/llama3-70b.tsl", "--explain"],
+    ),
+    (
+        "plan_mixtral_markdown",
+        &[
+            "plan",
+            "specs/mixtral-8x7b.tsl",
+            "--format",
+            "markdown",
+            "--top",
+            "2",
+        ],
+    ),
+    (
+        "plan_fixed_gpt3",
+        &[
+            "plan",
+            "specs/gpt3-175b.tsl",
+            "--strategy",
+            "korthikanti_reference",
+        ],
+    ),
+    (
+        "plan_nothing_fits",
+        &["plan", "tests/specs/405b-on-one-node.tsl"],
+    ),
 ];
 
 fn render(args: &[&str]) -> String {

@@ -33,7 +33,8 @@ fn format_number(number: &Number) -> String {
         // Whole numbers (bytes, bandwidths in a spec) are exact already; printing them whole
         // keeps a spec embedded in a plan identical to the one it came from.
         Some(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 9.007_199_254_740_992e15 => {
-            format!("{x:.0}")
+            // `abs` keeps a negative zero from printing as `-0`.
+            format!("{:.0}", if x == 0.0 { x.abs() } else { x })
         }
         Some(x) if x.is_finite() => {
             let rounded = round_significant(x);
@@ -144,6 +145,15 @@ mod tests {
         assert_eq!(
             to_canonical_string(&value),
             "[0.3, 2, 0.000000003, 0, null]\n"
+        );
+    }
+
+    #[test]
+    fn whole_numbers_print_exactly() {
+        let eighty_gib = 80.0 * 1024f64.powi(3);
+        assert_eq!(
+            to_canonical_string(&json!([eighty_gib, 4.5e11, 123_456_789.5])),
+            "[85899345920, 450000000000, 123457000]\n"
         );
     }
 }

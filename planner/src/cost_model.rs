@@ -49,7 +49,9 @@ impl StageCostModel for tessel_symbolic::cost::CostModel {
         recompute: Recompute,
         offload: Offload,
     ) -> StageCost {
-        tessel_symbolic::cost::CostModel::stage_cost(self, strategy, stage, layers, recompute, offload)
+        tessel_symbolic::cost::CostModel::stage_cost(
+            self, strategy, stage, layers, recompute, offload,
+        )
     }
 
     fn pipeline_shape(&self, strategy: &Strategy) -> PipelineShape {
