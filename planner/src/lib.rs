@@ -18,6 +18,7 @@ mod milp;
 mod nothing_fits;
 mod plan;
 mod planning;
+mod published;
 mod rank_map;
 mod render;
 pub mod schedule;
@@ -35,6 +36,7 @@ pub use plan::{
     PLAN_FORMAT,
 };
 pub use planning::{plan, plan_fixed, PlanOptions, PlanOutcome, SearchTimings, DEFAULT_TOP};
+pub use published::{compare_with_published, describe_strategy, PublishedVsPlanned};
 pub use rank_map::{coordinates, MeshShape, RankCoordinates, RankMap, RANK_COLUMNS};
 pub use render::{render_markdown, render_table};
 pub use search::SearchProgress;

@@ -8,7 +8,8 @@
 //! - pp: divisors of `GPUs / tp` up to `layers`;
 //! - cp: 1, plus powers of two up to 32 when `seq_len ≥ 16384`, keeping ≥ 4096 tokens per rank;
 //! - ep: divisors of `experts` that divide `dp · cp` for mixture-of-experts models, else 1;
-//! - microbatch: powers of two up to 16 dividing `global_batch / dp`;
+//! - microbatch: divisors of `global_batch / dp` whose tokens (`microbatch · seq_len`) stay
+//!   within 128Ki, and always 1;
 //! - interleave: 1, plus 2, 3, 4, 6, 8 when `pp > 1`, `pp · v ≤ layers` and the micro-batch
 //!   count is a multiple of `pp` (Megatron's interleaved schedule needs that);
 //! - zero: 0–3 when the sharding group `dp · cp` has more than one rank, else 0;
@@ -193,7 +194,8 @@ const CONTEXT_PARALLEL_MIN_SEQ: u64 = 16384;
 /// Tokens each context-parallel rank keeps at least.
 const CONTEXT_PARALLEL_MIN_TOKENS: u64 = 4096;
 const CONTEXT_PARALLEL_MAX: u64 = 32;
-const MICROBATCH_MAX: u64 = 16;
+/// Tokens one micro-batch may hold in the `auto` set (MosaicML ran 56 × 2048 on a 1B model).
+const MICROBATCH_MAX_TOKENS: u64 = 131_072;
 const INTERLEAVE_CANDIDATES: [u64; 5] = [2, 3, 4, 6, 8];
 
 /// Every valid outer configuration of the spec's search space, in canonical order.
@@ -298,9 +300,10 @@ fn enumerate_inner(
         None => vec![1],
     });
     let microbatches = values_or(&search.microbatch, || {
-        powers_of_two_up_to(per_rank.min(MICROBATCH_MAX))
+        let limit = (MICROBATCH_MAX_TOKENS / spec.train.seq_len.max(1)).max(1);
+        divisors(per_rank)
             .into_iter()
-            .filter(|&mb| per_rank.is_multiple_of(mb))
+            .filter(|&mb| mb <= limit)
             .collect()
     });
     let zeros = values_or(&search.zero, || {

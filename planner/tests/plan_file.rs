@@ -62,6 +62,7 @@ fn keys_are_sorted_at_the_top_level() {
             "search",
             "seq_len",
             "solver",
+            "spec",
             "spec_digest",
             "stages"
         ]
