@@ -13,6 +13,9 @@ use crate::canonical_json::to_canonical_string;
 use crate::plan::Plan;
 use crate::space::{offload_label, recompute_label};
 
+/// The format tag of `tessel diff --format json` output.
+pub const DIFF_FORMAT: &str = "tessel-diff/1";
+
 /// Relative throughput changes smaller than this (in percent) read as "unchanged".
 const UNCHANGED_PCT: f64 = 0.05;
 
@@ -107,6 +110,8 @@ impl RankMapChange {
 /// The difference between two plans.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlanDiff {
+    /// `tessel-diff/1`: the schema of this JSON.
+    pub format: String,
     /// What the old and new plans are called (their file names).
     pub old_label: String,
     pub new_label: String,
@@ -179,6 +184,7 @@ pub fn diff_plans(
         .map(|s| s.stage)
         .collect();
     let mut diff = PlanDiff {
+        format: DIFF_FORMAT.to_string(),
         old_label: old_label.to_string(),
         new_label: new_label.to_string(),
         old_spec_digest: old.spec_digest.clone(),
@@ -390,17 +396,53 @@ fn spec_changes(old: &Plan, new: &Plan) -> Vec<FieldChange> {
     let mut paths: Vec<&String> = a.keys().chain(b.keys()).collect();
     paths.sort();
     paths.dedup();
-    let absent = || "absent".to_string();
-    paths
-        .into_iter()
-        .filter_map(|path| {
-            change(
-                path,
-                a.get(path).cloned().unwrap_or_else(absent),
-                b.get(path).cloned().unwrap_or_else(absent),
-            )
-        })
-        .collect()
+    let mut changes: Vec<FieldChange> = Vec::new();
+    for path in paths {
+        // A block added or removed as a whole (a strategy) is one change, not one per field.
+        let (field, old_value, new_value) = match (a.get(path), b.get(path)) {
+            (Some(x), Some(y)) if x == y => continue,
+            (Some(x), Some(y)) => (path.clone(), x.clone(), y.clone()),
+            (None, _) => (
+                absent_root(path, &a),
+                "absent".to_string(),
+                "added".to_string(),
+            ),
+            (_, None) => (
+                absent_root(path, &b),
+                "present".to_string(),
+                "removed".to_string(),
+            ),
+        };
+        if changes.last().is_some_and(|c| c.field == field) {
+            continue;
+        }
+        changes.push(FieldChange {
+            field,
+            old: old_value,
+            new: new_value,
+        });
+    }
+    changes
+}
+
+/// The shortest ancestor of `path` (cut at `.` or `[`) of which `leaves` holds nothing.
+fn absent_root(path: &str, leaves: &BTreeMap<String, String>) -> String {
+    let cuts = path
+        .char_indices()
+        .filter(|(_, c)| *c == '.' || *c == '[')
+        .map(|(i, _)| i)
+        .chain([path.len()]);
+    for cut in cuts {
+        let prefix = &path[..cut];
+        let held = leaves.keys().any(|key| {
+            key.strip_prefix(prefix)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        });
+        if !held && !prefix.is_empty() {
+            return prefix.to_string();
+        }
+    }
+    path.to_string()
 }
 
 /// `stage 3` or `stages 0, 1 and 3`.
@@ -857,5 +899,18 @@ mod tests {
                 ("train.seq_len", "unset"),
             ]
         );
+    }
+
+    #[test]
+    fn an_added_block_is_one_change_named_by_its_root() {
+        let mut leaves = BTreeMap::new();
+        leaves.insert("strategies[tp2].zero".to_string(), "1".to_string());
+        leaves.insert("train.global_batch".to_string(), "512".to_string());
+        assert_eq!(
+            absent_root("strategies[uneven].offload.weights", &leaves),
+            "strategies[uneven]"
+        );
+        assert_eq!(absent_root("train.seq_len", &leaves), "train.seq_len");
+        assert_eq!(absent_root("search.tp.values", &leaves), "search");
     }
 }
