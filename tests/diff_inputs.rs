@@ -74,6 +74,25 @@ fn a_file_that_is_not_a_plan_is_bad_input_named_with_its_problem() {
     }
 }
 
+#[test]
+fn a_hand_edited_digest_does_not_break_the_diff() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let good = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(PLAN))
+        .expect("the fixture reads");
+    let value: Value = serde_json::from_str(&good).expect("JSON");
+    let digest = value["spec_digest"].as_str().expect("a digest");
+    let edited = dir.path().join("edited.json");
+    std::fs::write(&edited, good.replace(digest, "ééééééééééééé")).expect("the file writes");
+    let edited = edited.to_str().expect("a UTF-8 path");
+    let output = tessel(&["diff", PLAN, edited]);
+    assert_eq!(output.status.code(), Some(0));
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        shown.contains("digest 2c9c04899d10 → éééééééééééé\n"),
+        "{shown}"
+    );
+}
+
 fn read_json(path: &str) -> Value {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
         .expect("the file reads");

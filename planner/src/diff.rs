@@ -513,12 +513,11 @@ fn verdict(diff: &PlanDiff) -> String {
         1 => parts.push(format!("{} fits now", stage_list(&diff.now_fit))),
         _ => parts.push(format!("{} fit now", stage_list(&diff.now_fit))),
     }
-    if diff.spec_changed {
-        let n = diff.spec_changes.len();
-        parts.push(format!(
-            "spec changed ({n} field{})",
-            if n == 1 { "" } else { "s" }
-        ));
+    match diff.spec_changes.len() {
+        0 if diff.spec_changed => parts.push("spec digest changed".to_string()),
+        0 => {}
+        1 => parts.push("spec changed (1 field)".to_string()),
+        n => parts.push(format!("spec changed ({n} fields)")),
     }
     parts.join(", ")
 }
@@ -645,8 +644,9 @@ fn fits(value: Option<bool>) -> &'static str {
     }
 }
 
-fn digest_short(digest: &str) -> &str {
-    &digest[..digest.len().min(12)]
+/// The first 12 characters of a digest (by character: a hand-edited file may hold any text).
+fn digest_short(digest: &str) -> String {
+    digest.chars().take(12).collect()
 }
 
 /// The diff as plain text: the verdict first, then what changed.
