@@ -128,8 +128,8 @@ fn plan_strategy(plan: &Plan) -> (Strategy, Vec<String>) {
     });
     if v > 1 && !chunks_even {
         notes.push(format!(
-            "the plan's interleaved chunks hold {:?} layers in model order; the target splits each \
-             stage's layers evenly over its {v} chunks",
+            "the plan's {v} interleaved chunks per stage hold {:?} layers in model order; the \
+             target is given only the layers per stage",
             plan.chunk_layers()
         ));
     }
@@ -154,4 +154,39 @@ fn plan_strategy(plan: &Plan) -> (Strategy, Vec<String>) {
         );
     }
     (strategy, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessel_grammar::Recompute;
+
+    fn fixture() -> Plan {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/workflow/plans/llama3-70b-selective-recompute.json");
+        let text = std::fs::read_to_string(path).expect("the fixture reads");
+        Plan::from_json(&text).expect("the fixture is a plan")
+    }
+
+    #[test]
+    fn stages_are_layers_per_pipeline_stage() {
+        let (strategy, notes) = plan_strategy(&fixture());
+        assert_eq!(strategy.stages, Some(vec![20, 20, 20, 20]));
+        assert_eq!(strategy.interleave, 5);
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn per_stage_detail_the_target_cannot_see_is_noted() {
+        let mut plan = fixture();
+        // Stage 0's first two chunks hold 3 and 5 layers instead of 4 and 4.
+        plan.stages[0].layer_ranges[0] = [0, 3];
+        plan.stages[0].layer_ranges[1] = [16, 21];
+        plan.stages[1].recompute = Recompute::Full;
+        let (strategy, notes) = plan_strategy(&plan);
+        assert_eq!(strategy.stages, Some(vec![20, 20, 20, 20]));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("the plan's 5 interleaved chunks per stage hold [3, "));
+        assert!(notes[1].contains("recomputes differently per stage"));
+    }
 }
