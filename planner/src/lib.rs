@@ -8,6 +8,7 @@
 mod bounds;
 pub mod canonical_json;
 mod cost_model;
+mod diff;
 mod error;
 mod explain;
 mod frontier;
@@ -26,6 +27,10 @@ mod search;
 mod space;
 
 pub use cost_model::StageCostModel;
+pub use diff::{
+    diff_plans, render_diff_markdown, render_diff_text, FieldChange, MetricChange, PlanDiff,
+    RankMapChange, StageMemory,
+};
 pub use error::PlanError;
 pub use explain::render_explain;
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};

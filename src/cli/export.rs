@@ -1,20 +1,25 @@
-//! `tessel export SPEC --strategy NAME --to megatron|torchtitan|deepspeed`: launch arguments or a
-//! config file for another training framework.
+//! `tessel export PLAN --to megatron|torchtitan|deepspeed` or
+//! `tessel export SPEC --strategy NAME --to ...`: launch arguments or a config file for another
+//! training framework, from a plan file (its embedded spec and chosen configuration) or from one
+//! of a spec's `strategy` blocks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use tessel_grammar::{Spec, Strategy};
 use tessel_interop::ExportTarget;
+use tessel_planner::{Plan, PLAN_FORMAT};
 
 use super::EXIT_BAD_INPUT;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The spec file (`*.tsl`).
-    pub spec: PathBuf,
-    /// The `strategy` block to export.
+    /// A plan file (`plan.json`, written by `tessel plan -o`) or a spec file (`*.tsl`, with
+    /// --strategy).
+    pub input: PathBuf,
+    /// The spec's `strategy` block to export (only with a spec file).
     #[arg(long)]
-    pub strategy: String,
+    pub strategy: Option<String>,
     /// The framework: megatron, torchtitan or deepspeed.
     #[arg(long, value_parser = parse_target)]
     pub to: ExportTarget,
@@ -28,21 +33,160 @@ fn parse_target(text: &str) -> Result<ExportTarget, String> {
         .map_err(|_| format!("`{text}` is not a target; use megatron, torchtitan or deepspeed"))
 }
 
+/// Whether `text` (read from `path`) is meant as a plan file: named `*.json`, or a JSON object
+/// (spec files never start with `{`). Such a file is read as a plan, so that a plan of another
+/// format version or a truncated one gets the plan reader's error rather than a spec parse error.
+fn looks_like_plan(path: &Path, text: &str) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        || text.trim_start().starts_with('{')
+}
+
 pub fn run(args: &Args) -> ExitCode {
-    let spec = match super::load_spec(&args.spec) {
-        Ok(spec) => spec,
-        Err(code) => return code,
+    let text = match std::fs::read_to_string(&args.input) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("error: cannot read `{}`: {error}", args.input.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
     };
-    let Some(strategy) = spec.strategy(&args.strategy) else {
-        eprintln!(
-            "error: `{}` has no strategy `{}`{}",
-            args.spec.display(),
-            args.strategy,
-            super::known_strategies(&spec)
-        );
-        return ExitCode::from(EXIT_BAD_INPUT);
+    let (spec, strategy, mut notes) = if looks_like_plan(&args.input, &text) {
+        match from_plan(args, &text) {
+            Ok(found) => found,
+            Err(code) => return code,
+        }
+    } else {
+        match from_spec(args) {
+            Ok((spec, strategy)) => (spec, strategy, Vec::new()),
+            Err(code) => return code,
+        }
     };
-    let exported = tessel_interop::export(&spec, strategy, args.to);
+    let mut exported = tessel_interop::export(&spec, &strategy, args.to);
+    exported.notes.append(&mut notes);
     eprint!("{}", exported.summary());
     super::write_output(args.output.as_deref(), &exported.text)
+}
+
+fn from_spec(args: &Args) -> Result<(Spec, Strategy), ExitCode> {
+    let spec = super::load_spec(&args.input)?;
+    let Some(name) = &args.strategy else {
+        eprintln!(
+            "error: exporting a spec needs --strategy NAME (or pass a plan file){}",
+            super::known_strategies(&spec)
+        );
+        return Err(ExitCode::from(EXIT_BAD_INPUT));
+    };
+    match spec.strategy(name) {
+        Some(strategy) => {
+            let strategy = strategy.clone();
+            Ok((spec, strategy))
+        }
+        None => {
+            eprintln!(
+                "error: `{}` has no strategy `{name}`{}",
+                args.input.display(),
+                super::known_strategies(&spec)
+            );
+            Err(ExitCode::from(EXIT_BAD_INPUT))
+        }
+    }
+}
+
+/// The plan's spec and configuration, and what the target will not see of it.
+fn from_plan(args: &Args, text: &str) -> Result<(Spec, Strategy, Vec<String>), ExitCode> {
+    if let Some(name) = &args.strategy {
+        eprintln!(
+            "error: `{}` is a plan file ({PLAN_FORMAT}); it carries its own configuration, so \
+             --strategy {name} does not apply",
+            args.input.display()
+        );
+        return Err(ExitCode::from(EXIT_BAD_INPUT));
+    }
+    let plan = Plan::from_json(text).map_err(|error| {
+        eprintln!("error: `{}`: {error}", args.input.display());
+        ExitCode::from(EXIT_BAD_INPUT)
+    })?;
+    let (mut strategy, notes) = plan_strategy(&plan);
+    // The plan's file name says more than the planner's generic `plan` in the target's header.
+    if let Some(stem) = args.input.file_stem().and_then(|s| s.to_str()) {
+        strategy.name = stem.to_string();
+    }
+    Ok((plan.spec, strategy, notes))
+}
+
+/// The plan as a strategy with `stages` as layers per pipeline stage (what exporters and the
+/// spec language mean by it), plus notes on what per-stage detail that drops.
+fn plan_strategy(plan: &Plan) -> (Strategy, Vec<String>) {
+    let mut strategy = plan.strategy();
+    strategy.stages = Some(plan.stages.iter().map(|s| s.layers).collect());
+    let mut notes = Vec::new();
+    let v = plan.config.interleave.max(1);
+    let chunks_even = plan.stages.iter().all(|s| {
+        s.layer_ranges
+            .iter()
+            .all(|[first, last]| (last - first) * v == s.layers)
+    });
+    if v > 1 && !chunks_even {
+        notes.push(format!(
+            "the plan's {v} interleaved chunks per stage hold {:?} layers in model order; the \
+             target is given only the layers per stage",
+            plan.chunk_layers()
+        ));
+    }
+    let first = plan.stages.first();
+    if plan
+        .stages
+        .iter()
+        .any(|s| Some(s.recompute) != first.map(|f| f.recompute))
+    {
+        notes.push(
+            "the plan recomputes differently per stage; exported with stage 0's recompute"
+                .to_string(),
+        );
+    }
+    if plan
+        .stages
+        .iter()
+        .any(|s| Some(s.offload) != first.map(|f| f.offload))
+    {
+        notes.push(
+            "the plan offloads differently per stage; exported with stage 0's offload".to_string(),
+        );
+    }
+    (strategy, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessel_grammar::Recompute;
+
+    fn fixture() -> Plan {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/workflow/plans/llama3-70b-selective-recompute.json");
+        let text = std::fs::read_to_string(path).expect("the fixture reads");
+        Plan::from_json(&text).expect("the fixture is a plan")
+    }
+
+    #[test]
+    fn stages_are_layers_per_pipeline_stage() {
+        let (strategy, notes) = plan_strategy(&fixture());
+        assert_eq!(strategy.stages, Some(vec![20, 20, 20, 20]));
+        assert_eq!(strategy.interleave, 5);
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn per_stage_detail_the_target_cannot_see_is_noted() {
+        let mut plan = fixture();
+        // Stage 0's first two chunks hold 3 and 5 layers instead of 4 and 4.
+        plan.stages[0].layer_ranges[0] = [0, 3];
+        plan.stages[0].layer_ranges[1] = [16, 21];
+        plan.stages[1].recompute = Recompute::Full;
+        let (strategy, notes) = plan_strategy(&plan);
+        assert_eq!(strategy.stages, Some(vec![20, 20, 20, 20]));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("the plan's 5 interleaved chunks per stage hold [3, "));
+        assert!(notes[1].contains("recomputes differently per stage"));
+    }
 }

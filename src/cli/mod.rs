@@ -1,6 +1,7 @@
 //! One module per subcommand, plus what they share: exit codes and number formatting.
 
 pub mod check;
+pub mod diff;
 pub mod estimate;
 pub mod export;
 pub mod import;

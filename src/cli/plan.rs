@@ -189,6 +189,7 @@ fn check(committed_path: &std::path::Path, fresh: &Plan, threshold_pct: f64) -> 
     ExitCode::SUCCESS
 }
 
-fn short(digest: &str) -> &str {
-    &digest[..digest.len().min(12)]
+/// The first 12 characters of a digest (by character: a hand-edited plan may hold any text).
+fn short(digest: &str) -> String {
+    digest.chars().take(12).collect()
 }
