@@ -91,7 +91,7 @@ pub fn run(args: &Args) -> ExitCode {
         Err(error) => return plan_error(&args.spec, &error),
     };
     if let Some(committed) = &args.check {
-        return check(committed, &plan, args.threshold);
+        return check(committed, &plan, &model, args.threshold);
     }
     let shown = match args.format {
         Format::Table => render_table(&plan),
@@ -156,7 +156,14 @@ fn plan_error(spec_path: &std::path::Path, error: &PlanError) -> ExitCode {
 
 /// Compares a committed plan with a fresh one: stale when the spec changed, or when the fresh
 /// plan is predicted faster by more than `threshold_pct`.
-fn check(committed_path: &std::path::Path, fresh: &Plan, threshold_pct: f64) -> ExitCode {
+/// The committed plan's step time is predicted again with this version's cost model, so that a
+/// plan written by an older Tessel is judged on the same footing as the fresh one.
+fn check(
+    committed_path: &std::path::Path,
+    fresh: &Plan,
+    model: &CostModel,
+    threshold_pct: f64,
+) -> ExitCode {
     let committed = match std::fs::read_to_string(committed_path)
         .map_err(|e| e.to_string())
         .and_then(|text| Plan::from_json(&text).map_err(|e| e.to_string()))
@@ -176,7 +183,13 @@ fn check(committed_path: &std::path::Path, fresh: &Plan, threshold_pct: f64) -> 
         );
         return ExitCode::from(EXIT_REGRESSION);
     }
-    let old = committed.prediction.step_time_s;
+    let old = match model.estimate(&committed.strategy()) {
+        Ok(estimate) => estimate.step_time_s,
+        Err(error) => {
+            println!("stale: {name} no longer describes a valid configuration: {error}");
+            return ExitCode::from(EXIT_REGRESSION);
+        }
+    };
     let new = fresh.prediction.step_time_s;
     let gain_pct = (old - new) / old * 100.0;
     if gain_pct > threshold_pct {
