@@ -19,6 +19,8 @@ enum Cli {
     Import(cli::import::Source),
     /// Write a strategy as launch arguments or a config file for Megatron-LM, torchtitan or DeepSpeed.
     Export(cli::export::Args),
+    /// Train a plan file's model (scaled down) under the plan and compare memory with the prediction.
+    Launch(cli::launch::Args),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +34,6 @@ fn main() -> ExitCode {
         Cli::Plan(args) => cli::plan::run(&args),
         Cli::Import(source) => cli::import::run(&source),
         Cli::Export(args) => cli::export::run(&args),
+        Cli::Launch(args) => cli::launch::run(&args),
     }
 }

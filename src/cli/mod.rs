@@ -4,6 +4,7 @@ pub mod check;
 pub mod estimate;
 pub mod export;
 pub mod import;
+pub mod launch;
 pub mod plan;
 
 use std::path::Path;
