@@ -134,6 +134,18 @@ fn missing_truncated_and_foreign_files_are_bad_input() {
     let truncated = dir.path().join("truncated.json");
     std::fs::write(&truncated, &text[..text.len() / 2]).unwrap();
     assert!(launch_error(&truncated).contains("truncated"));
+    let no_data = dir.path().join("tokens.bin");
+    let out = tessel(&[
+        "launch",
+        plan.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--data",
+        no_data.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
     let foreign = dir.path().join("foreign.json");
     std::fs::write(&foreign, r#"{"format": "megatron-args/1"}"#).unwrap();
     assert!(launch_error(&foreign).contains("is not a plan file"));

@@ -117,6 +117,11 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(predicted) => predicted,
         Err(error) => return bad_input(format!("`{path}`: {error}")),
     };
+    if let Some(data) = &args.data {
+        if let Err(error) = std::fs::metadata(data) {
+            return bad_input(format!("cannot read `{}`: {error}", data.display()));
+        }
+    }
     let options = LaunchOptions {
         seed: args.seed,
         data: match &args.data {
