@@ -21,6 +21,8 @@ enum Cli {
     Export(cli::export::Args),
     /// Show what changed between two plan files; exit 3 on a regression.
     Diff(cli::diff::Args),
+    /// Train a plan file's model (scaled down) under the plan and compare memory with the prediction.
+    Launch(cli::launch::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,5 +37,6 @@ fn main() -> ExitCode {
         Cli::Import(source) => cli::import::run(&source),
         Cli::Export(args) => cli::export::run(&args),
         Cli::Diff(args) => cli::diff::run(&args),
+        Cli::Launch(args) => cli::launch::run(&args),
     }
 }

@@ -624,6 +624,17 @@ impl<'a, B: Backend> Rank<'a, B> {
             }
             let g = &self.groups[gi];
             let flat = self.flatten(g, true)?;
+            // The group's gradients now live in the flat buffer (Megatron accumulates into it
+            // directly), so they are not counted twice while it is reduced.
+            let mut released = 0;
+            for p in &g.spec.params {
+                if let Some(t) = self.grads.map.remove(&p.name) {
+                    released += b.bytes(&t);
+                }
+            }
+            let released = released.min(self.grad_bytes);
+            self.memory.free(MemoryCategory::Grads, released);
+            self.grad_bytes -= released;
             let reduced = if self.zero() >= 2 {
                 b.reduce_scatter(g.spec.replication, &flat)?
             } else {

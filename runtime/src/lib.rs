@@ -12,6 +12,7 @@ pub mod memory;
 pub mod mesh;
 pub mod model;
 pub mod plan;
+pub mod plan_file;
 pub mod scale;
 pub mod trace;
 
@@ -20,4 +21,5 @@ pub use error::RuntimeError;
 pub use launch::{launch_cpu, LaunchOptions, LaunchReport, RankMemory};
 pub use memory::MemoryBreakdown;
 pub use plan::ExecutionPlan;
+pub use plan_file::{auto_scale, check_plan, scale_plan, PredictedMemory, ScaledPlan};
 pub use scale::scale_model;

@@ -5,6 +5,7 @@ pub mod diff;
 pub mod estimate;
 pub mod export;
 pub mod import;
+pub mod launch;
 pub mod plan;
 
 use std::path::Path;

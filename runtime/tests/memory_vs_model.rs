@@ -1,0 +1,86 @@
+//! A plan file through the library: `ExecutionPlan::from_plan` keeps the plan's layout,
+//! `scale_plan` keeps its degrees, and the CPU backend's weights, gradients and optimizer
+//! states equal the cost model's prediction for the same scaled configuration byte for byte.
+
+use std::path::Path;
+use tessel_grammar::{Offload, Recompute, Strategy};
+use tessel_planner::{plan_fixed, Plan};
+use tessel_runtime::{auto_scale, launch_cpu, scale_plan, ExecutionPlan, LaunchOptions};
+use tessel_symbolic::cost::CostModel;
+
+fn plan_of(spec_name: &str, dp: u64, tp: u64, pp: u64, zero: u8) -> Plan {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/launch")
+        .join(spec_name);
+    let spec = tessel_grammar::load_file(&path).expect("spec loads");
+    let cost = CostModel::new(&spec).expect("cost model");
+    let strategy = Strategy {
+        name: "test".into(),
+        dp,
+        tp,
+        pp,
+        cp: 1,
+        ep: 1,
+        microbatch: 1,
+        interleave: 1,
+        recompute: Recompute::None,
+        sequence_parallel: false,
+        zero,
+        offload: Offload::default(),
+        stages: None,
+    };
+    plan_fixed(&spec, &cost, &strategy).expect("plan")
+}
+
+#[test]
+fn from_plan_matches_from_strategy() {
+    let plan = plan_of("dense8.tsl", 2, 2, 2, 1);
+    let from_plan = ExecutionPlan::from_plan(&plan).unwrap();
+    let from_strategy = ExecutionPlan::from_strategy(
+        &plan.spec.model,
+        &plan.strategy(),
+        plan.global_batch,
+        plan.seq_len,
+    )
+    .unwrap();
+    assert_eq!(from_plan, from_strategy);
+}
+
+#[test]
+fn scaled_states_equal_the_prediction() {
+    let plan = plan_of("dense8.tsl", 4, 1, 2, 1);
+    let scaled = scale_plan(&plan, 0.5).unwrap();
+    assert_eq!(
+        (
+            scaled.execution.dp,
+            scaled.execution.pp,
+            scaled.execution.zero
+        ),
+        (4, 2, 1)
+    );
+    assert_eq!(scaled.model().layers, 4);
+    assert_eq!(scaled.execution.seq_len, 16);
+    let predicted = scaled.predicted_memory().unwrap();
+    let report = launch_cpu(scaled.model(), &scaled.execution, &LaunchOptions::new(1)).unwrap();
+    for rank in &report.peak_memory {
+        let p = predicted[rank.rank / 4];
+        let d = rank.device;
+        assert_eq!(d.weights as f64, p.weights.round(), "rank {}", rank.rank);
+        assert_eq!(d.grads as f64, p.grads.round(), "rank {}", rank.rank);
+        assert_eq!(
+            d.optimizer as f64,
+            p.optimizer.round(),
+            "rank {}",
+            rank.rank
+        );
+        assert!(p.not_measured > 0.0);
+    }
+}
+
+#[test]
+fn the_automatic_scale_of_a_70b_model_is_one_sixty_fourth() {
+    let plan = plan_of("llama70b8.tsl", 2, 2, 2, 0);
+    assert_eq!(auto_scale(&plan.spec.model, 2), 1.0 / 64.0);
+    assert!(scale_plan(&plan, 0.0).is_err());
+    assert!(scale_plan(&plan, 1.5).is_err());
+}
