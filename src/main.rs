@@ -19,6 +19,8 @@ enum Cli {
     Import(cli::import::Source),
     /// Write a strategy as launch arguments or a config file for Megatron-LM, torchtitan or DeepSpeed.
     Export(cli::export::Args),
+    /// Write a self-contained HTML page with a plan's timeline, memory and runners-up.
+    Report(cli::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -32,5 +34,6 @@ fn main() -> ExitCode {
         Cli::Plan(args) => cli::plan::run(&args),
         Cli::Import(source) => cli::import::run(&source),
         Cli::Export(args) => cli::export::run(&args),
+        Cli::Report(args) => cli::report::run(&args),
     }
 }

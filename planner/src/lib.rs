@@ -20,6 +20,7 @@ mod plan;
 mod planning;
 mod rank_map;
 mod render;
+pub mod report;
 pub mod schedule;
 mod search;
 mod space;

@@ -5,6 +5,7 @@ pub mod estimate;
 pub mod export;
 pub mod import;
 pub mod plan;
+pub mod report;
 
 use std::path::Path;
 use std::process::ExitCode;
