@@ -286,7 +286,7 @@ fn config_summary(c: &PlanConfig) -> String {
 fn configuration_section(plan: &Plan) -> String {
     let c = &plan.config;
     let mut out = String::from(
-        "<section id=\"configuration\">\n<h2>Chosen configuration</h2>\n<table>\n<tr>",
+        "<section id=\"configuration\">\n<h2>Chosen configuration</h2>\n<table class=\"compact\">\n<tr>",
     );
     let headers = [
         "dp",
