@@ -23,6 +23,8 @@ enum Cli {
     Diff(cli::diff::Args),
     /// Train a plan file's model (scaled down) under the plan and compare memory with the prediction.
     Launch(cli::launch::Args),
+    /// Write a self-contained HTML page with a plan's timeline, memory and runners-up.
+    Report(cli::report::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,5 +40,6 @@ fn main() -> ExitCode {
         Cli::Export(args) => cli::export::run(&args),
         Cli::Diff(args) => cli::diff::run(&args),
         Cli::Launch(args) => cli::launch::run(&args),
+        Cli::Report(args) => cli::report::run(&args),
     }
 }

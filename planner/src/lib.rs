@@ -22,6 +22,7 @@ mod planning;
 mod published;
 mod rank_map;
 mod render;
+pub mod report;
 pub mod schedule;
 mod search;
 mod space;

@@ -7,6 +7,7 @@ pub mod export;
 pub mod import;
 pub mod launch;
 pub mod plan;
+pub mod report;
 
 use std::path::Path;
 use std::process::ExitCode;
