@@ -66,6 +66,17 @@ fn worker_entry() {
         std::thread::sleep(Duration::from_secs(120));
     }
     let mut options = LaunchOptions::new(STEPS);
+    if std::env::var("TESSEL_TEST_CRASH_RANK").ok() == Some(rank.clone()) {
+        // Dies mid-run without a word (as a crash would), while all ranks train a long run.
+        options.steps = 100_000;
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(500));
+            eprintln!("crashing now");
+            std::process::exit(9);
+        });
+    } else if std::env::var("TESSEL_TEST_CRASH_RANK").is_ok() {
+        options.steps = 100_000;
+    }
     if std::env::var("TESSEL_TEST_FAIL_RANK").ok() == Some(rank) {
         // Joins, then fails reading its data: the others are already waiting in collectives.
         options.data = DataSource::TokenFile {
@@ -155,6 +166,36 @@ fn a_failing_rank_stops_every_rank_and_is_named() {
             .as_deref()
             .unwrap()
             .contains("stopped because rank 1 failed"),
+        "{rank0:?}"
+    );
+    assert!(
+        report.elapsed < Duration::from_secs(20),
+        "{:?}",
+        report.elapsed
+    );
+}
+
+#[test]
+fn a_crashing_rank_stops_every_rank_and_is_named() {
+    let report = launch(2, "2x1x1", &[("TESSEL_TEST_CRASH_RANK", "1")], 30);
+    let message = report.failure_message().unwrap();
+    assert_eq!(report.failed, Some(1), "{message}");
+    assert_eq!(
+        message,
+        "rank 1 failed: exit status 9; last stderr line: crashing now"
+    );
+    let rank0 = &report.ranks[0];
+    assert_eq!(
+        rank0.status,
+        format!("exit status {EXIT_ABORTED}"),
+        "{rank0:?}"
+    );
+    assert!(
+        rank0
+            .last_stderr
+            .as_deref()
+            .unwrap()
+            .contains("stopped because rank 1 failed: lost its connection"),
         "{rank0:?}"
     );
     assert!(
