@@ -1,8 +1,9 @@
 //! The CUDA implementation of the backend trait. Matmuls go to cuBLAS (row-major operands are
 //! passed as their column-major transposes), the element-wise, norm, loss, embedding and Adam
-//! operations to the NVRTC-compiled kernels in `crate::kernels`, collectives to NCCL. Attention,
-//! rotary embeddings and a few small row operations run through the CPU backend's code on a
-//! host copy: slower, but the same formulas and indexing by construction.
+//! operations to the NVRTC-compiled kernels in `crate::kernels`, attention to one cuBLAS GEMM
+//! per (batch, head) around the causal-softmax kernel, collectives to NCCL. Rotary embeddings
+//! and a few small row operations run through the CPU backend's code on a host copy: slower,
+//! but the same formulas and indexing by construction.
 //!
 //! The trait's compute operations cannot return errors; a CUDA error there is a broken device,
 //! so it panics with the CUDA message and the worker turns the panic into a rank failure.
@@ -64,7 +65,63 @@ macro_rules! launch {
     }};
 }
 
+/// A row-major matrix inside a device buffer: starts at `offset`, rows `ld` elements apart
+/// (a column block of a wider matrix when `ld` exceeds its width).
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    buf: &'a CudaSlice<f32>,
+    offset: usize,
+    ld: usize,
+}
+
+fn op(transpose: bool) -> cublasOperation_t {
+    if transpose {
+        cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
 impl CudaBackend {
+    /// Row-major `C = op(A)·op(B) + beta·C` for `op(A)` of `m×k`, `op(B)` of `k×n`. A row-major
+    /// matrix read column-major is its transpose, so this issues the column-major
+    /// `Cᵀ = op(B)ᵀ·op(A)ᵀ`: B goes first, A second.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        a: Block,
+        ta: bool,
+        b: Block,
+        tb: bool,
+        c: (&mut CudaSlice<f32>, usize, usize),
+        (m, n, k): (usize, usize, usize),
+        beta: f32,
+    ) {
+        if m == 0 || n == 0 || k == 0 {
+            return;
+        }
+        let cfg = GemmConfig {
+            transa: op(tb),
+            transb: op(ta),
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            alpha: 1.0f32,
+            lda: b.ld as i32,
+            ldb: a.ld as i32,
+            beta,
+            ldc: c.2 as i32,
+        };
+        let a_view = a.buf.slice(a.offset..);
+        let b_view = b.buf.slice(b.offset..);
+        let mut c_view = c.0.slice_mut(c.1..);
+        // SAFETY: the sizes, offsets and leading dimensions above stay inside the buffers.
+        check(
+            unsafe { self.dev.blas.gemm(cfg, &b_view, &a_view, &mut c_view) },
+            "gemm",
+        );
+    }
+
     pub fn new(dev: Device, comms: Communicators) -> Self {
         let alone = Mesh {
             dp: 1,
@@ -189,34 +246,14 @@ impl Backend for CudaBackend {
         };
         assert_eq!(k, k2, "matmul inner sizes differ");
         let mut c = self.empty(m, n);
-        if m == 0 || n == 0 || k == 0 {
-            return c;
-        }
-        let op = |t: bool| {
-            if t {
-                cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, and a row-major
-        // matrix read column-major is its transpose: so B goes first, A second.
-        let cfg = GemmConfig {
-            transa: op(tb),
-            transb: op(ta),
-            m: n as i32,
-            n: m as i32,
-            k: k as i32,
-            alpha: 1.0f32,
-            lda: b.cols as i32,
-            ldb: a.cols as i32,
-            beta: 0.0f32,
-            ldc: n as i32,
-        };
-        // SAFETY: the sizes and leading dimensions above describe the three buffers.
-        check(
-            unsafe { self.dev.blas.gemm(cfg, &b.data, &a.data, &mut c.data) },
-            "gemm",
+        self.gemm(
+            whole(a),
+            ta,
+            whole(b),
+            tb,
+            (&mut c.data, 0, n),
+            (m, n, k),
+            0.0,
         );
         c
     }
@@ -360,38 +397,135 @@ impl Backend for CudaBackend {
 
     fn attention(
         &self,
-        shape: AttentionShape,
+        s: AttentionShape,
         q: &CudaTensor,
         k: &CudaTensor,
         v: &CudaTensor,
     ) -> (CudaTensor, CudaTensor) {
-        let (o, p) =
-            self.host
-                .attention(shape, &self.to_host(q), &self.to_host(k), &self.to_host(v));
-        (self.upload_host(&o), self.upload_host(&p))
+        let d = s.head_dim;
+        let group = s.heads / s.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let rows = s.batch * s.heads * s.q_len;
+        let mut probs = self.empty(rows, s.kv_len);
+        let mut out = self.empty(q.rows, q.cols);
+        let heads = attention_heads(s);
+        for &(b, h) in &heads {
+            let kh = h / group;
+            // Scores of head h: Q_bh · K_bkᵀ, into its q_len rows of `probs`.
+            self.gemm(
+                q_block(q, s, b, h),
+                false,
+                kv_block(k, s, b, kh),
+                true,
+                (&mut probs.data, probs_row(s, b, h) * s.kv_len, s.kv_len),
+                (s.q_len, s.kv_len, d),
+                0.0,
+            );
+        }
+        let (q_len, kv_len, q_offset) = (s.q_len as u32, s.kv_len as u32, s.q_offset as u32);
+        launch!(
+            self,
+            "causal_softmax",
+            per_row(rows),
+            &mut probs.data,
+            &q_len,
+            &kv_len,
+            &q_offset,
+            &scale
+        );
+        for &(b, h) in &heads {
+            let kh = h / group;
+            let p = probs_block(&probs, s, b, h);
+            let at = b * s.q_len * q.cols + h * d;
+            self.gemm(
+                p,
+                false,
+                kv_block(v, s, b, kh),
+                false,
+                (&mut out.data, at, q.cols),
+                (s.q_len, d, s.kv_len),
+                0.0,
+            );
+        }
+        (out, probs)
     }
     fn attention_backward(
         &self,
-        shape: AttentionShape,
+        s: AttentionShape,
         q: &CudaTensor,
         k: &CudaTensor,
         v: &CudaTensor,
         probs: &CudaTensor,
         dout: &CudaTensor,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
-        let (dq, dk, dv) = self.host.attention_backward(
-            shape,
-            &self.to_host(q),
-            &self.to_host(k),
-            &self.to_host(v),
-            &self.to_host(probs),
-            &self.to_host(dout),
+        let d = s.head_dim;
+        let group = s.heads / s.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let rows = s.batch * s.heads * s.q_len;
+        let mut dprobs = self.empty(rows, s.kv_len);
+        let mut dscores = self.empty(rows, s.kv_len);
+        let mut dq = self.empty(q.rows, q.cols);
+        let mut dk = self.empty(k.rows, k.cols);
+        let mut dv = self.empty(v.rows, v.cols);
+        let heads = attention_heads(s);
+        for &(b, h) in &heads {
+            let kh = h / group;
+            let at = probs_row(s, b, h) * s.kv_len;
+            self.gemm(
+                q_block(dout, s, b, h),
+                false,
+                kv_block(v, s, b, kh),
+                true,
+                (&mut dprobs.data, at, s.kv_len),
+                (s.q_len, s.kv_len, d),
+                0.0,
+            );
+        }
+        let kv_len = s.kv_len as u32;
+        launch!(
+            self,
+            "causal_softmax_backward",
+            per_row(rows),
+            &probs.data,
+            &dprobs.data,
+            &mut dscores.data,
+            &kv_len,
+            &scale
         );
-        (
-            self.upload_host(&dq),
-            self.upload_host(&dk),
-            self.upload_host(&dv),
-        )
+        // Heads sharing a key/value head add into its gradient in head order.
+        for &(b, h) in &heads {
+            let kh = h / group;
+            let q_at = b * s.q_len * q.cols + h * d;
+            let kv_at = b * s.kv_len * k.cols + kh * d;
+            self.gemm(
+                probs_block(&dscores, s, b, h),
+                false,
+                kv_block(k, s, b, kh),
+                false,
+                (&mut dq.data, q_at, q.cols),
+                (s.q_len, d, s.kv_len),
+                0.0,
+            );
+            self.gemm(
+                probs_block(&dscores, s, b, h),
+                true,
+                q_block(q, s, b, h),
+                false,
+                (&mut dk.data, kv_at, k.cols),
+                (s.kv_len, d, s.q_len),
+                1.0,
+            );
+            self.gemm(
+                probs_block(probs, s, b, h),
+                true,
+                q_block(dout, s, b, h),
+                false,
+                (&mut dv.data, kv_at, v.cols),
+                (s.kv_len, d, s.q_len),
+                1.0,
+            );
+        }
+        (dq, dk, dv)
     }
     fn rope(
         &self,
@@ -561,5 +695,53 @@ impl Backend for CudaBackend {
     fn recv(&self, peer: usize, tag: u64) -> Result<CudaTensor, RuntimeError> {
         let w = self.comms.recv(peer, tag)?;
         Ok(self.tensor(w.data, w.rows, w.cols))
+    }
+}
+
+/// Every (batch, head) pair, batch-major as the probabilities are laid out.
+fn attention_heads(s: AttentionShape) -> Vec<(usize, usize)> {
+    (0..s.batch)
+        .flat_map(|b| (0..s.heads).map(move |h| (b, h)))
+        .collect()
+}
+
+/// First row of head `h` of batch `b` in the `[batch·heads·q_len, kv_len]` probabilities.
+fn probs_row(s: AttentionShape, b: usize, h: usize) -> usize {
+    (b * s.heads + h) * s.q_len
+}
+
+/// Head `h` of batch `b` in query-shaped rows `[batch·q_len, heads·head_dim]`.
+fn q_block(t: &CudaTensor, s: AttentionShape, b: usize, h: usize) -> Block<'_> {
+    Block {
+        buf: &t.data,
+        offset: b * s.q_len * t.cols + h * s.head_dim,
+        ld: t.cols,
+    }
+}
+
+/// Key/value head `kh` of batch `b` in rows `[batch·kv_len, kv_heads·head_dim]`.
+fn kv_block(t: &CudaTensor, s: AttentionShape, b: usize, kh: usize) -> Block<'_> {
+    Block {
+        buf: &t.data,
+        offset: b * s.kv_len * t.cols + kh * s.head_dim,
+        ld: t.cols,
+    }
+}
+
+/// A whole tensor.
+fn whole(t: &CudaTensor) -> Block<'_> {
+    Block {
+        buf: &t.data,
+        offset: 0,
+        ld: t.cols,
+    }
+}
+
+/// Head `h` of batch `b` in probability-shaped rows `[batch·heads·q_len, kv_len]`.
+fn probs_block(t: &CudaTensor, s: AttentionShape, b: usize, h: usize) -> Block<'_> {
+    Block {
+        buf: &t.data,
+        offset: probs_row(s, b, h) * s.kv_len,
+        ld: s.kv_len,
     }
 }
