@@ -71,8 +71,22 @@ pub const ADAM: KernelSource = KernelSource {
     entry_points: &["adam_step"],
 };
 
+pub const ROPE: KernelSource = KernelSource {
+    name: "rope",
+    source: include_str!("rope.cu"),
+    entry_points: &["rope"],
+};
+
 /// Every kernel source, in a fixed order.
-pub const ALL: [KernelSource; 6] = [ELEMENTWISE, NORM, SOFTMAX, CROSS_ENTROPY, EMBEDDING, ADAM];
+pub const ALL: [KernelSource; 7] = [
+    ELEMENTWISE,
+    NORM,
+    SOFTMAX,
+    CROSS_ENTROPY,
+    EMBEDDING,
+    ADAM,
+    ROPE,
+];
 
 /// Blocks needed to cover `n` elements with `BLOCK` threads each.
 pub fn grid_for(n: usize) -> u32 {

@@ -1,8 +1,8 @@
 //! The CUDA implementation of the backend trait. Matmuls go to cuBLAS (row-major operands are
 //! passed as their column-major transposes), the element-wise, norm, loss, embedding and Adam
 //! operations to the NVRTC-compiled kernels in `crate::kernels`, attention to one cuBLAS GEMM
-//! per (batch, head) around the causal-softmax kernel, collectives to NCCL. Rotary embeddings
-//! and a few small row operations run through the CPU backend's code on a host copy: slower,
+//! per (batch, head) around the causal-softmax kernel, collectives to NCCL. A few small row
+//! operations run through the CPU backend's code on a host copy: slower,
 //! but the same formulas and indexing by construction.
 //!
 //! The trait's compute operations cannot return errors; a CUDA error there is a broken device,
@@ -535,10 +535,30 @@ impl Backend for CudaBackend {
         offset: usize,
         inverse: bool,
     ) -> CudaTensor {
-        let r = self
-            .host
-            .rope(&self.to_host(x), head_dim, seq_len, offset, inverse);
-        self.upload_host(&r)
+        let mut y = self.empty(x.rows, x.cols);
+        let pairs = x.rows * (x.cols / head_dim) * (head_dim / 2);
+        let (rows, cols, hd, seq, off) = (
+            x.rows as u32,
+            x.cols as u32,
+            head_dim as u32,
+            seq_len as u32,
+            offset as u32,
+        );
+        let inv = i32::from(inverse);
+        launch!(
+            self,
+            "rope",
+            elementwise(pairs),
+            &x.data,
+            &mut y.data,
+            &rows,
+            &cols,
+            &hd,
+            &seq,
+            &off,
+            &inv
+        );
+        y
     }
 
     fn gather_rows(&self, table: &CudaTensor, rows: &[usize]) -> CudaTensor {
