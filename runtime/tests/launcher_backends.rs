@@ -65,7 +65,11 @@ fn every_backend_trains_like_the_threaded_cpu_run() {
         Ok(gpu) => {
             // cuBLAS and NCCL sum in their own order: equal to rounding, not bit for bit.
             for (g, r) in gpu.losses.iter().zip(&reference) {
-                assert!((g - r).abs() <= 1e-4 * r.abs(), "{:?} vs {reference:?}", gpu.losses);
+                assert!(
+                    (g - r).abs() <= 1e-4 * r.abs(),
+                    "{:?} vs {reference:?}",
+                    gpu.losses
+                );
             }
         }
     }
