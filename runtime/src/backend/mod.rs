@@ -7,6 +7,14 @@
 pub mod cpu;
 pub mod shared_memory;
 
+// The only place the `cuda` feature is tested: without it, `cuda` is a module with the same
+// entry points that explain how to build the real one.
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda/disabled.rs"]
+pub mod cuda;
+
 use crate::error::RuntimeError;
 use crate::mesh::GroupKind;
 use tessel_grammar::NormKind;
