@@ -1,14 +1,18 @@
-//! `tessel launch PLAN --backend cpu [--scale F] [--steps N] [--seed S] [--data PATH
-//! --token-bytes 2|4] [--trace trace.json] [--format table|json] [--max-ranks N]`: train a plan
-//! file's model, scaled down, for a few steps under the plan's parallel configuration, and set
-//! the measured peak memory of every rank against the cost model's prediction for the same
-//! scaled model.
+//! `tessel launch PLAN --backend cpu|cuda [--scale F] [--steps N] [--seed S] [--data PATH
+//! --token-bytes 2|4] [--trace trace.json] [--format table|json] [--max-ranks N]
+//! [--nproc-per-node N] [--from-env]`: train a plan file's model, scaled down, for a few steps
+//! under the plan's parallel configuration. In one process (CPU threads) it also sets the
+//! measured peak memory of every rank against the cost model's prediction for the same scaled
+//! model; with several processes (`--nproc-per-node`, the CUDA backend, or ranks started by
+//! srun/torchrun with `--from-env`) rank 0 prints the losses and step times, and the launcher
+//! reports which rank failed and why.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use tessel_planner::Plan;
+use tessel_runtime::launcher::{launch_local, run_cpu_worker, LocalLaunch, WorkerConfig};
 use tessel_runtime::{
     auto_scale, launch_cpu, scale_plan, DataSource, LaunchOptions, LaunchReport, PredictedMemory,
     RankMemory, RuntimeError, ScaledPlan, TokenWidth,
@@ -22,9 +26,16 @@ pub const EXIT_RUNTIME_FAILURE: u8 = 4;
 /// Where the ranks run.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Backend {
-    /// One thread per rank in this process, f32, collectives in shared memory.
+    /// f32 on the CPU: one thread per rank with collectives in shared memory, or with
+    /// --nproc-per-node, one process per rank with collectives over TCP.
     Cpu,
+    /// One process per GPU, cuBLAS and NVRTC kernels, NCCL collectives (build with
+    /// `--features cuda`).
+    Cuda,
 }
+
+/// Set by `tessel launch` on the processes it starts: run as one rank of the job.
+const WORKER_VAR: &str = "TESSEL_WORKER";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Format {
@@ -63,6 +74,14 @@ pub struct Args {
     /// Refuse plans with more ranks than this: the CPU backend runs one thread per rank.
     #[arg(long, default_value_t = 64)]
     pub max_ranks: u64,
+    /// Start this many processes on this machine, one per rank (the CUDA backend always runs
+    /// one process per GPU; default there: the plan's world size).
+    #[arg(long)]
+    pub nproc_per_node: Option<usize>,
+    /// Run as one rank of a job started by srun or torchrun: the rank, world size and rank 0's
+    /// address come from `SLURM_*` or `RANK`/`WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`.
+    #[arg(long)]
+    pub from_env: bool,
 }
 
 fn parse_token_bytes(text: &str) -> Result<TokenWidth, String> {
@@ -79,7 +98,6 @@ fn bad_input(message: String) -> ExitCode {
 }
 
 pub fn run(args: &Args) -> ExitCode {
-    let Backend::Cpu = args.backend;
     let path = args.plan.display();
     let text = match std::fs::read_to_string(&args.plan) {
         Ok(text) => text,
@@ -134,6 +152,23 @@ pub fn run(args: &Args) -> ExitCode {
         trace: args.trace.clone(),
         ..LaunchOptions::new(args.steps)
     };
+    if args.from_env || std::env::var_os(WORKER_VAR).is_some() {
+        return run_worker(args, &scaled, &options);
+    }
+    let processes = match (args.backend, args.nproc_per_node) {
+        (Backend::Cuda, n) => Some(n.unwrap_or(world as usize)),
+        (Backend::Cpu, Some(n)) if n > 1 => Some(n),
+        (Backend::Cpu, _) => None,
+    };
+    if let Some(nproc) = processes {
+        if let (Backend::Cuda, Err(missing)) =
+            (args.backend, tessel_runtime::backend::cuda::probe())
+        {
+            eprintln!("error: the CUDA backend cannot run here: {missing}");
+            return ExitCode::from(EXIT_RUNTIME_FAILURE);
+        }
+        return run_processes(nproc);
+    }
     if matches!(args.format, Format::Table) {
         print_header(&plan, &scaled);
     }
@@ -161,6 +196,70 @@ pub fn run(args: &Args) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// One rank of a multi-process job: rank 0 prints the losses and step times.
+fn run_worker(args: &Args, scaled: &ScaledPlan, options: &LaunchOptions) -> ExitCode {
+    let config = match WorkerConfig::from_process_env() {
+        Ok(config) => config,
+        Err(error) => return bad_input(error),
+    };
+    let run = match args.backend {
+        Backend::Cpu => run_cpu_worker(scaled.model(), &scaled.execution, options, &config),
+        Backend::Cuda => tessel_runtime::backend::cuda::run_cuda_worker(
+            scaled.model(),
+            &scaled.execution,
+            options,
+            &config,
+        ),
+    };
+    match run {
+        Ok(output) => {
+            if config.env.rank == 0 {
+                for (step, (loss, time)) in output.losses.iter().zip(&output.step_times).enumerate()
+                {
+                    println!("step {:>3}  loss {loss:.6}  time {time:.4} s", step + 1);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(EXIT_RUNTIME_FAILURE))
+        }
+    }
+}
+
+/// Starts `nproc` copies of this command as ranks of one job on this machine and reports which
+/// rank failed, if one did.
+fn run_processes(nproc: usize) -> ExitCode {
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) => {
+            eprintln!("error: cannot find the tessel executable: {error}");
+            return ExitCode::from(EXIT_RUNTIME_FAILURE);
+        }
+    };
+    let mut launch = LocalLaunch::new(program, nproc);
+    launch.args = std::env::args_os().skip(1).collect();
+    launch.envs.push((WORKER_VAR.to_string(), "1".to_string()));
+    let report = match launch_local(&launch) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_RUNTIME_FAILURE);
+        }
+    };
+    for line in &report.ranks[0].stdout {
+        println!("{line}");
+    }
+    match report.failure_message() {
+        Some(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(EXIT_RUNTIME_FAILURE)
+        }
+        None => ExitCode::SUCCESS,
+    }
 }
 
 fn shape_line(scaled: &ScaledPlan) -> String {
