@@ -274,7 +274,7 @@ fn layer_ranges(plan: &Plan) -> String {
             let ranges: Vec<String> = s
                 .layer_ranges
                 .iter()
-                .map(|[first, last]| format!("{first}–{}", last.saturating_sub(1)))
+                .map(crate::render::layer_range_label)
                 .collect();
             ranges.join(",")
         })

@@ -5,10 +5,20 @@ use std::fmt::Write;
 use crate::plan::Plan;
 use crate::space::{offload_label, recompute_label};
 
+/// Model layers `[first, last)` as people count them: `16–17`, or `32` for one layer.
+pub(crate) fn layer_range_label(&[first, last]: &[u64; 2]) -> String {
+    let last = last.saturating_sub(1);
+    if last <= first {
+        first.to_string()
+    } else {
+        format!("{first}–{last}")
+    }
+}
+
 fn ranges_label(ranges: &[[u64; 2]]) -> String {
     ranges
         .iter()
-        .map(|[first, last]| format!("{first}–{}", last.saturating_sub(1)))
+        .map(layer_range_label)
         .collect::<Vec<_>>()
         .join(", ")
 }
