@@ -124,19 +124,10 @@ pub fn render_explain(plan: &Plan) -> String {
         s.milps_solved
     );
     for r in &plan.runners_up {
-        let c = &r.config;
         let _ = writeln!(
             out,
-            "runner-up tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{} loses on {}: {}.",
-            c.tp,
-            c.pp,
-            c.dp,
-            c.cp,
-            c.ep,
-            c.interleave,
-            c.microbatch,
-            c.zero,
-            if c.sequence_parallel { " sp" } else { "" },
+            "runner-up {} loses on {}: {}.",
+            crate::render::config_label(&r.config),
             r.loses_on,
             r.reason
         );

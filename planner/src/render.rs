@@ -2,8 +2,24 @@
 
 use std::fmt::Write;
 
-use crate::plan::Plan;
+use crate::plan::{Plan, PlanConfig};
 use crate::space::{offload_label, recompute_label};
+
+/// A runner-up's configuration in one line: `tp 4 pp 8 dp 32 cp 1 ep 1 v 8 mb 1 zero 1 sp`.
+pub(crate) fn config_label(c: &PlanConfig) -> String {
+    format!(
+        "tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{}",
+        c.tp,
+        c.pp,
+        c.dp,
+        c.cp,
+        c.ep,
+        c.interleave,
+        c.microbatch,
+        c.zero,
+        if c.sequence_parallel { " sp" } else { "" }
+    )
+}
 
 /// Model layers `[first, last)` as people count them: `16–17`, or `32` for one layer.
 pub(crate) fn layer_range_label(&[first, last]: &[u64; 2]) -> String {
@@ -117,20 +133,11 @@ pub fn render_table(plan: &Plan) -> String {
         let _ = writeln!(out);
         let _ = writeln!(out, "  runners-up");
         for (rank, r) in plan.runners_up.iter().enumerate() {
-            let c = &r.config;
             let _ = writeln!(
                 out,
-                "  {}. tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{}: {:.3} s, {:.0} tokens/s, MFU {:.1}%; {}",
+                "  {}. {}: {:.3} s, {:.0} tokens/s, MFU {:.1}%; {}",
                 rank + 2,
-                c.tp,
-                c.pp,
-                c.dp,
-                c.cp,
-                c.ep,
-                c.interleave,
-                c.microbatch,
-                c.zero,
-                if c.sequence_parallel { " sp" } else { "" },
+                config_label(&r.config),
                 r.step_time_s,
                 r.tokens_per_s,
                 r.mfu * 100.0,
@@ -197,19 +204,10 @@ pub fn render_markdown(plan: &Plan) -> String {
         );
         let _ = writeln!(out, "|---|---:|---:|---:|---|");
         for r in &plan.runners_up {
-            let c = &r.config;
             let _ = writeln!(
                 out,
-                "| tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{} | {:.3} s | {:.0} | {:.1}% | {} |",
-                c.tp,
-                c.pp,
-                c.dp,
-                c.cp,
-                c.ep,
-                c.interleave,
-                c.microbatch,
-                c.zero,
-                if c.sequence_parallel { " sp" } else { "" },
+                "| {} | {:.3} s | {:.0} | {:.1}% | {} |",
+                config_label(&r.config),
                 r.step_time_s,
                 r.tokens_per_s,
                 r.mfu * 100.0,
