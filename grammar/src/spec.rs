@@ -244,6 +244,70 @@ pub struct Strategy {
     pub offload: Offload,
     /// Layers per pipeline stage; `None` spreads them evenly.
     pub stages: Option<Vec<u64>>,
+    /// Recompute of each pipeline stage (`pp` entries) when the stages differ; `None` applies
+    /// `recompute` to every stage. When present, `recompute` holds the first stage's choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_recompute: Option<Vec<Recompute>>,
+    /// Offload fractions of each pipeline stage when the stages differ, as `stage_recompute`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_offload: Option<Vec<Offload>>,
+}
+
+/// One device, no recompute, no ZeRO, no offload: the base that fixed configurations are
+/// written against (`Strategy { tp: 8, ..Strategy::default() }`).
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy {
+            name: "default".to_string(),
+            dp: 1,
+            tp: 1,
+            pp: 1,
+            cp: 1,
+            ep: 1,
+            microbatch: 1,
+            interleave: 1,
+            recompute: Recompute::None,
+            sequence_parallel: false,
+            zero: 0,
+            offload: Offload::default(),
+            stages: None,
+            stage_recompute: None,
+            stage_offload: None,
+        }
+    }
+}
+
+impl Strategy {
+    /// The recompute choice of pipeline stage `stage`.
+    pub fn recompute_of(&self, stage: u64) -> Recompute {
+        self.stage_recompute
+            .as_ref()
+            .and_then(|per_stage| per_stage.get(stage as usize).copied())
+            .unwrap_or(self.recompute)
+    }
+
+    /// The offload fractions of pipeline stage `stage`.
+    pub fn offload_of(&self, stage: u64) -> Offload {
+        self.stage_offload
+            .as_ref()
+            .and_then(|per_stage| per_stage.get(stage as usize).copied())
+            .unwrap_or(self.offload)
+    }
+
+    /// Sets every stage's recompute and offload, keeping the per-stage lists only when the
+    /// stages differ (so a uniform choice reads, prints and serialises as before).
+    pub fn set_stage_options(&mut self, recompute: Vec<Recompute>, offload: Vec<Offload>) {
+        if let Some(&first) = recompute.first() {
+            self.recompute = first;
+        }
+        if let Some(&first) = offload.first() {
+            self.offload = first;
+        }
+        let uniform_recompute = recompute.iter().all(|r| *r == self.recompute);
+        let uniform_offload = offload.iter().all(|o| *o == self.offload);
+        self.stage_recompute = (!uniform_recompute).then_some(recompute);
+        self.stage_offload = (!uniform_offload).then_some(offload);
+    }
 }
 
 /// One search dimension: the planner's own candidates, or an explicit list.

@@ -69,15 +69,7 @@ fn strategy(name: &str, dp: u64, tp: u64, pp: u64) -> Strategy {
         dp,
         tp,
         pp,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     }
 }
 

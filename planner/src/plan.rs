@@ -213,6 +213,7 @@ impl Plan {
             zero: self.config.zero,
             offload: first.map_or(Offload::default(), |s| s.offload),
             stages: Some(self.chunk_layers()),
+            ..Strategy::default()
         }
     }
 

@@ -61,6 +61,7 @@ impl OuterConfig {
             zero: self.zero,
             offload,
             stages,
+            ..Strategy::default()
         }
     }
 

@@ -4,7 +4,7 @@ mod common;
 
 use common::synthetic_model::SyntheticModel;
 use common::*;
-use tessel_grammar::{Choice, Offload, Recompute, Strategy};
+use tessel_grammar::{Choice, Strategy};
 use tessel_planner::{plan, plan_fixed, PlanError, PlanOptions};
 
 fn strategy(dp: u64, tp: u64, pp: u64, interleave: u64) -> Strategy {
@@ -13,15 +13,8 @@ fn strategy(dp: u64, tp: u64, pp: u64, interleave: u64) -> Strategy {
         dp,
         tp,
         pp,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
         interleave,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     }
 }
 

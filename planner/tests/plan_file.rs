@@ -5,7 +5,7 @@ mod common;
 
 use common::synthetic_model::SyntheticModel;
 use common::*;
-use tessel_grammar::{Offload, Recompute, Strategy};
+use tessel_grammar::{Recompute, Strategy};
 use tessel_planner::{
     plan, plan_fixed, render_explain, render_markdown, render_table, spec_digest, Plan, PlanError,
     PlanOptions, SolverStatus, StageCostModel, PLAN_FORMAT,
@@ -187,15 +187,11 @@ fn fixed_strategy_plans_agree_with_estimate() {
         dp: 4,
         tp: 8,
         pp: 4,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
         interleave: 2,
         recompute: Recompute::Selective,
         sequence_parallel: true,
         zero: 1,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     };
     let plan = plan_fixed(&spec, &model, &strategy).expect("a plan");
     assert_eq!(plan.solver.status, SolverStatus::Fixed);

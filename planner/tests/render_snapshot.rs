@@ -4,7 +4,7 @@ mod common;
 
 use common::synthetic_model::SyntheticModel;
 use common::*;
-use tessel_grammar::{Offload, Recompute, Strategy};
+use tessel_grammar::{Recompute, Strategy};
 use tessel_planner::{plan_fixed, render_explain, render_markdown, render_table};
 
 fn fixed_plan() -> tessel_planner::Plan {
@@ -29,15 +29,12 @@ fn fixed_plan() -> tessel_planner::Plan {
         dp: 2,
         tp: 2,
         pp: 2,
-        cp: 1,
-        ep: 1,
         microbatch: 2,
-        interleave: 1,
         recompute: Recompute::Selective,
         sequence_parallel: true,
         zero: 1,
-        offload: Offload::default(),
         stages: Some(vec![6, 4]),
+        ..Strategy::default()
     };
     plan_fixed(&spec, &model, &strategy).expect("a plan")
 }

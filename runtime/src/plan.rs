@@ -118,18 +118,8 @@ impl ExecutionPlan {
     ) -> Result<Self, RuntimeError> {
         let strategy = Strategy {
             name: "single".into(),
-            dp: 1,
-            tp: 1,
-            pp: 1,
-            cp: 1,
-            ep: 1,
             microbatch: global_batch,
-            interleave: 1,
-            recompute: Recompute::None,
-            sequence_parallel: false,
-            zero: 0,
-            offload: Offload::default(),
-            stages: None,
+            ..Strategy::default()
         };
         Self::from_strategy(model, &strategy, global_batch, seq_len)
     }

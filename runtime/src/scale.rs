@@ -96,16 +96,12 @@ mod tests {
             name: "t".into(),
             dp: 2,
             tp: 8,
-            pp: 1,
-            cp: 1,
             ep: 2,
-            microbatch: 1,
-            interleave: 1,
             recompute: tessel_grammar::Recompute::None,
             sequence_parallel: true,
             zero: 1,
             offload: Default::default(),
-            stages: None,
+            ..tessel_grammar::Strategy::default()
         };
         let plan = ExecutionPlan::from_strategy(&s, &strategy, 2, 16).unwrap();
         let r = launch_cpu(&s, &plan, &LaunchOptions::new(1)).unwrap();

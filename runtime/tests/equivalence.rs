@@ -85,18 +85,7 @@ struct S(Strategy);
 fn base() -> S {
     S(Strategy {
         name: "test".into(),
-        dp: 1,
-        tp: 1,
-        pp: 1,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     })
 }
 

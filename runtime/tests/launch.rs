@@ -1,7 +1,7 @@
 //! The launch entry point: reports, traces, token files, and clear errors for bad input.
 
 use std::io::Write;
-use tessel_grammar::{MlpKind, ModelSpec, NormKind, Offload, PositionKind, Recompute, Strategy};
+use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind, Strategy};
 use tessel_runtime::{
     launch_cpu, DataSource, ExecutionPlan, LaunchOptions, RuntimeError, TokenWidth,
 };
@@ -32,15 +32,7 @@ fn strategy(tp: u64, pp: u64, dp: u64) -> Strategy {
         dp,
         tp,
         pp,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     }
 }
 

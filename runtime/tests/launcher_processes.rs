@@ -3,7 +3,7 @@
 //! talking over TCP on 127.0.0.1.
 
 use std::time::Duration;
-use tessel_grammar::{MlpKind, ModelSpec, NormKind, Offload, PositionKind, Recompute, Strategy};
+use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind, Strategy};
 use tessel_runtime::launcher::{
     join, launch_local, run_cpu_worker, Hub, LocalLaunch, LocalReport, RendezvousConfig,
     WorkerConfig, EXIT_ABORTED,
@@ -40,15 +40,7 @@ fn plan(degrees: &str) -> ExecutionPlan {
         dp: d[2],
         tp: d[0],
         pp: d[1],
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     };
     ExecutionPlan::from_strategy(&model(), &strategy, 4, 8).unwrap()
 }

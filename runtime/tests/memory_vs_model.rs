@@ -3,7 +3,7 @@
 //! states equal the cost model's prediction for the same scaled configuration byte for byte.
 
 use std::path::Path;
-use tessel_grammar::{Offload, Recompute, Strategy};
+use tessel_grammar::Strategy;
 use tessel_planner::{plan_fixed, Plan};
 use tessel_runtime::{auto_scale, launch_cpu, scale_plan, ExecutionPlan, LaunchOptions};
 use tessel_symbolic::cost::CostModel;
@@ -19,15 +19,8 @@ fn plan_of(spec_name: &str, dp: u64, tp: u64, pp: u64, zero: u8) -> Plan {
         dp,
         tp,
         pp,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
         zero,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     };
     plan_fixed(&spec, &cost, &strategy).expect("plan")
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tessel_grammar::{Offload, Recompute, Spec, Strategy};
+use tessel_grammar::{Recompute, Spec, Strategy};
 use tessel_symbolic::cost::{
     render_estimate_json, render_estimate_table, CostModel, StrategyOverrides,
 };
@@ -127,18 +127,7 @@ impl StrategyArgs {
 fn command_line_strategy() -> Strategy {
     Strategy {
         name: "command_line".to_string(),
-        dp: 1,
-        tp: 1,
-        pp: 1,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     }
 }
 

@@ -97,15 +97,11 @@ fn main() {
         dp: 16,
         tp: 8,
         pp: 8,
-        cp: 1,
-        ep: 1,
-        microbatch: 1,
         interleave: 2,
         recompute: Recompute::Selective,
         sequence_parallel: true,
         zero: 1,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     };
     let values = slot_values(
         &strategy,

@@ -86,15 +86,8 @@ fn strategy(dp: u64, tp: u64, pp: u64, microbatch: u64) -> Strategy {
         dp,
         tp,
         pp,
-        cp: 1,
-        ep: 1,
         microbatch,
-        interleave: 1,
-        recompute: Recompute::None,
-        sequence_parallel: false,
-        zero: 0,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     }
 }
 

@@ -102,6 +102,29 @@ pub fn to_offload(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Option
     }
 }
 
+/// One value for every pipeline stage, or a list with one value per stage.
+fn per_stage<T>(
+    key: &str,
+    v: &Spanned,
+    problems: &mut Vec<Problem>,
+    one: fn(&str, &Spanned, &mut Vec<Problem>) -> Option<T>,
+) -> Option<Vec<T>> {
+    match &v.value {
+        Value::List(elements) if elements.is_empty() => {
+            problems.push(
+                Problem::new(v.span, format!("`{key}` lists no stages"))
+                    .with_help("give one entry per pipeline stage, or a single value for all"),
+            );
+            None
+        }
+        Value::List(elements) => {
+            let values: Vec<Option<T>> = elements.iter().map(|e| one(key, e, problems)).collect();
+            values.into_iter().collect()
+        }
+        _ => one(key, v, problems).map(|value| vec![value]),
+    }
+}
+
 pub fn to_zero(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Option<u8> {
     let stage = to_count(key, v, 0, problems)?;
     if stage > 3 {
@@ -147,8 +170,10 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
     let microbatch = f.count("microbatch", 1);
     let interleave = f.count("interleave", 1);
     let recompute = match f.get("recompute").cloned() {
-        Some(v) if v.value != Value::Invalid => to_recompute("recompute", &v, f.problems),
-        _ => Some(Recompute::None),
+        Some(v) if v.value != Value::Invalid => {
+            per_stage("recompute", &v, f.problems, to_recompute)
+        }
+        _ => Some(vec![Recompute::None]),
     };
     let sequence_parallel = f.boolean("sequence_parallel").unwrap_or(false);
     let zero = match f.get("zero").cloned() {
@@ -156,8 +181,8 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
         _ => Some(0),
     };
     let offload = match f.get("offload").cloned() {
-        Some(v) if v.value != Value::Invalid => to_offload("offload", &v, f.problems),
-        _ => Some(Offload::default()),
+        Some(v) if v.value != Value::Invalid => per_stage("offload", &v, f.problems, to_offload),
+        _ => Some(vec![Offload::default()]),
     };
     let stages = match f.get("stages").cloned() {
         Some(v) if v.value != Value::Invalid => stages("stages", &v, f.problems).map(Some),
@@ -182,18 +207,34 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
         ep,
         microbatch: microbatch.unwrap_or(1),
         interleave: interleave.unwrap_or(1),
-        recompute: recompute?,
         sequence_parallel,
         zero: zero?,
-        offload: offload?,
         stages: stages?,
+        ..Strategy::default()
     };
+    let (recompute, offload) = (recompute?, offload?);
+    let listed = (recompute.len(), offload.len());
+    strategy.set_stage_options(recompute, offload);
     let Some(context) = context else {
         return Some(strategy);
     };
     let at = |key: &str| f.get(key).map_or(f.anchor, |v| v.span);
     let mut problems = Vec::new();
     check_degrees(&mut strategy, context, written("dp"), &at, &mut problems);
+    for (key, count) in [("recompute", listed.0), ("offload", listed.1)] {
+        if f.get(key)
+            .is_some_and(|v| matches!(v.value, Value::List(_)))
+            && count != strategy.pp as usize
+        {
+            problems.push(
+                Problem::new(
+                    at(key),
+                    format!("`{key}` lists {count} stages, but pp = {}", strategy.pp),
+                )
+                .with_help("give one entry per pipeline stage, or a single value for all"),
+            );
+        }
+    }
     if problems.is_empty() {
         check_fit(&strategy, context, &at, &mut problems);
     }
@@ -348,16 +389,20 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
         ),
         None => {}
     }
-    if let Recompute::Partial { full_layers } = s.recompute {
-        let per_stage = m.layers.div_ceil(s.pp);
-        if full_layers > per_stage {
-            problems.push(Problem::new(
-                at("recompute"),
-                format!(
-                    "`full_layers` ({full_layers}) exceeds the {per_stage} layers of a pipeline stage"
-                ),
-            ));
-        }
+    let per_stage = m.layers.div_ceil(s.pp);
+    let most_partial = (0..s.pp)
+        .filter_map(|stage| match s.recompute_of(stage) {
+            Recompute::Partial { full_layers } => Some(full_layers),
+            _ => None,
+        })
+        .max();
+    if let Some(full_layers) = most_partial.filter(|&n| n > per_stage) {
+        problems.push(Problem::new(
+            at("recompute"),
+            format!(
+                "`full_layers` ({full_layers}) exceeds the {per_stage} layers of a pipeline stage"
+            ),
+        ));
     }
     let t = c.train;
     let per_step = s.dp.saturating_mul(s.microbatch);

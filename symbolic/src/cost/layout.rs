@@ -152,15 +152,29 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
             strategy.ep
         ));
     }
-    let offload = &strategy.offload;
-    for (name, value) in [
-        ("optimizer", offload.optimizer),
-        ("weights", offload.weights),
-        ("gradients", offload.gradients),
-        ("activations", offload.activations),
-    ] {
-        if !(0.0..=1.0).contains(&value) {
-            return fail(format!("offload {name} fraction {value} is outside [0, 1]"));
+    let listed = [
+        ("recompute", strategy.stage_recompute.as_ref().map(Vec::len)),
+        ("offload", strategy.stage_offload.as_ref().map(Vec::len)),
+    ];
+    for (name, count) in listed {
+        if let Some(count) = count.filter(|&n| n as u64 != strategy.pp) {
+            return fail(format!(
+                "per-stage {name} lists {count} stages but pp = {}",
+                strategy.pp
+            ));
+        }
+    }
+    for stage in 0..strategy.pp {
+        let offload = strategy.offload_of(stage);
+        for (name, value) in [
+            ("optimizer", offload.optimizer),
+            ("weights", offload.weights),
+            ("gradients", offload.gradients),
+            ("activations", offload.activations),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return fail(format!("offload {name} fraction {value} is outside [0, 1]"));
+            }
         }
     }
     if let Some(stages) = &strategy.stages {
@@ -181,12 +195,14 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
             ));
         }
     }
-    if let Recompute::Partial { full_layers } = strategy.recompute {
-        let most = stage_layers(spec, strategy).into_iter().max().unwrap_or(0);
-        if full_layers > most {
-            return fail(format!(
-                "partial recompute of {full_layers} layers but no stage holds more than {most}"
-            ));
+    let layers = stage_layers(spec, strategy);
+    for (stage, &held) in layers.iter().enumerate() {
+        if let Recompute::Partial { full_layers } = strategy.recompute_of(stage as u64) {
+            if full_layers > held {
+                return fail(format!(
+                    "partial recompute of {full_layers} layers but stage {stage} holds {held}"
+                ));
+            }
         }
     }
     Ok(())

@@ -194,8 +194,8 @@ impl CostModel {
                     strategy,
                     stage as u64,
                     count,
-                    strategy.recompute,
-                    strategy.offload,
+                    strategy.recompute_of(stage as u64),
+                    strategy.offload_of(stage as u64),
                 )
             })
             .collect();
@@ -288,7 +288,8 @@ fn recompute_flops_per_token(spec: &Spec, strategy: &Strategy, layers: &[u64]) -
     let layer_forward = 2.0 * (attention + mlp_per_layer) + core;
     let recomputed: f64 = layers
         .iter()
-        .map(|&count| match strategy.recompute {
+        .enumerate()
+        .map(|(stage, &count)| match strategy.recompute_of(stage as u64) {
             Recompute::None => 0.0,
             Recompute::Selective => count as f64 * selective_core,
             Recompute::Full => count as f64 * layer_forward,

@@ -27,7 +27,10 @@ impl StrategyOverrides {
         strategy.ep = self.ep.unwrap_or(base.ep);
         strategy.microbatch = self.microbatch.unwrap_or(base.microbatch);
         strategy.interleave = self.interleave.unwrap_or(base.interleave);
-        strategy.recompute = self.recompute.unwrap_or(base.recompute);
+        if let Some(recompute) = self.recompute {
+            strategy.recompute = recompute;
+            strategy.stage_recompute = None;
+        }
         strategy.zero = self.zero.unwrap_or(base.zero);
         strategy.sequence_parallel = self.sequence_parallel.unwrap_or(base.sequence_parallel);
         let model_parallel = strategy
@@ -42,6 +45,12 @@ impl StrategyOverrides {
         if strategy.pp != base.pp || strategy.interleave != base.interleave {
             strategy.stages = None;
         }
+        // Per-stage choices of another pipeline depth no longer match either: the first
+        // stage's applies to all.
+        if strategy.pp != base.pp {
+            strategy.stage_recompute = None;
+            strategy.stage_offload = None;
+        }
         strategy
     }
 }
@@ -49,7 +58,6 @@ impl StrategyOverrides {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessel_grammar::Offload;
 
     fn base() -> Strategy {
         Strategy {
@@ -57,15 +65,9 @@ mod tests {
             dp: 8,
             tp: 8,
             pp: 2,
-            cp: 1,
-            ep: 1,
-            microbatch: 1,
-            interleave: 1,
-            recompute: Recompute::None,
-            sequence_parallel: false,
             zero: 1,
-            offload: Offload::default(),
             stages: Some(vec![40, 40]),
+            ..Strategy::default()
         }
     }
 

@@ -107,6 +107,17 @@ fn recompute_label(recompute: Recompute) -> String {
     }
 }
 
+/// One label for a uniform choice; the stages' labels in order when they differ.
+fn strategy_recompute_label(strategy: &Strategy) -> String {
+    match &strategy.stage_recompute {
+        None => recompute_label(strategy.recompute),
+        Some(stages) => {
+            let labels: Vec<String> = stages.iter().map(|r| recompute_label(*r)).collect();
+            format!("[{}] by stage", labels.join(", "))
+        }
+    }
+}
+
 /// A deterministic human-readable table of an estimate (`tessel estimate --format table`).
 pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -> String {
     let mut out = String::new();
@@ -129,7 +140,7 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
         strategy.ep,
         strategy.microbatch,
         strategy.interleave,
-        recompute_label(strategy.recompute),
+        strategy_recompute_label(strategy),
         if strategy.sequence_parallel { "on" } else { "off" },
         strategy.zero
     );

@@ -2,8 +2,8 @@
 //! what was measured. Rows that lack something the cost model needs are kept with the reason.
 
 use tessel_grammar::{
-    Choice, MlpKind, ModelSpec, NormKind, Objective, Offload, Optimizer, PositionKind, Precision,
-    Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+    Choice, MlpKind, ModelSpec, NormKind, Objective, Optimizer, PositionKind, Precision, Recompute,
+    SearchSpace, Spec, Strategy, TrainSpec,
 };
 
 use super::hardware::{cluster_for, gpu_for};
@@ -415,8 +415,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         recompute,
         sequence_parallel,
         zero,
-        offload: Offload::default(),
-        stages: None,
+        ..Strategy::default()
     };
     let spec = Spec {
         model,
