@@ -84,6 +84,19 @@ const CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "plan_per_stage_recompute",
+        &["plan", "tests/specs/llama3-70b-on-24.tsl", "--explain"],
+    ),
+    (
+        "estimate_per_stage_options",
+        &[
+            "estimate",
+            "tests/specs/per-stage-options.tsl",
+            "--strategy",
+            "mixed",
+        ],
+    ),
+    (
         "plan_nothing_fits",
         &["plan", "tests/specs/405b-on-one-node.tsl"],
     ),

@@ -205,6 +205,18 @@ pub enum Recompute {
     },
 }
 
+/// The spec language's spelling: `none`, `selective`, `full`, `{ full_layers = N }`.
+impl std::fmt::Display for Recompute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Recompute::None => f.write_str("none"),
+            Recompute::Selective => f.write_str("selective"),
+            Recompute::Full => f.write_str("full"),
+            Recompute::Partial { full_layers } => write!(f, "{{ full_layers = {full_layers} }}"),
+        }
+    }
+}
+
 /// Fractions of state moved to host memory, each in [0, 1].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Offload {

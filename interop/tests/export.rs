@@ -423,6 +423,25 @@ fn megatron_reports_zero3_as_unsupported() {
         .any(|(f, v)| f == "--optimizer-offload-fraction" && v.as_deref() == Some("0.5")));
 }
 
+#[test]
+fn per_stage_recompute_is_reported_by_every_target() {
+    let mut spec = llama70b_dense();
+    let strategy = &mut spec.strategies[0];
+    let mut stages = vec![Recompute::Full; strategy.pp as usize];
+    stages[1] = Recompute::Selective;
+    strategy.set_stage_options(stages, vec![Offload::default(); strategy.pp as usize]);
+    for target in ExportTarget::ALL {
+        let out = run(&spec, target);
+        assert!(
+            out.unsupported.iter().any(
+                |u| u.starts_with("recompute differs by pipeline stage (full, selective, full")
+            ),
+            "{target}: {:?}",
+            out.unsupported
+        );
+    }
+}
+
 /// Every `section.key` of a TOML document, parsed by toml_edit.
 fn toml_keys(text: &str) -> Vec<String> {
     let doc: toml_edit::DocumentMut = text.parse().expect("valid TOML");

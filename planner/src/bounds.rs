@@ -40,13 +40,18 @@ pub struct OptionProbe {
     /// Per stage: `microbatch_s` with `⌈layers/pp⌉` layers, and whether that fits.
     pub largest_time: Vec<f64>,
     pub largest_fits: Vec<bool>,
-    /// Per stage: `microbatch_s` at `⌈layers/pp⌉` less at one layer fewer (`None` when that is
-    /// below the minimum).
+    /// Per stage: a line below the stage's time at every layer count a split can give it, as
+    /// its value at `⌈layers/pp⌉` and its slope (`None` when there is none): for one option
+    /// the secant through `⌈layers/pp⌉ − 1` and `⌈layers/pp⌉` (convexity), equal to
+    /// `largest_time` there.
+    pub line_time: Vec<f64>,
     pub slopes: Vec<Option<f64>>,
     /// `⌈layers/pp⌉`, where `largest_time` and `slopes` were taken.
     pub largest: u64,
     /// Every stage fits with the fewest layers.
     pub minimum_fits: bool,
+    /// Per stage: `tail_s` with the fewest layers.
+    pub min_tail: Vec<f64>,
     /// `max tail_s` is at least this.
     pub tail_lower: f64,
 }
@@ -116,7 +121,7 @@ impl<'a> OuterProbe<'a> {
         let mut largest_time = Vec::with_capacity(pp as usize);
         let mut largest_fits = Vec::with_capacity(pp as usize);
         let mut slopes = Vec::with_capacity(pp as usize);
-        let mut tail_lower: f64 = 0.0;
+        let mut min_tail = Vec::with_capacity(pp as usize);
         let mut minimum_fits = true;
         for stage in 0..pp {
             let even_layers = self.even[stage as usize];
@@ -141,7 +146,7 @@ impl<'a> OuterProbe<'a> {
             largest_fits.push(self.fits(&at_largest));
             slopes.push(slope);
             min_time.push(least.microbatch_s);
-            tail_lower = tail_lower.max(least.tail_s);
+            min_tail.push(least.tail_s);
         }
         let even_step = (with_even && even.iter().all(|cost| self.fits(cost)))
             .then(|| self.shape.step_time(&even));
@@ -150,12 +155,14 @@ impl<'a> OuterProbe<'a> {
             even_step,
             lower: None,
             min_time,
+            line_time: largest_time.clone(),
             largest_time,
             largest_fits,
             slopes,
             largest,
             minimum_fits,
-            tail_lower,
+            tail_lower: min_tail.iter().copied().fold(0.0, f64::max),
+            min_tail,
         };
         result.lower = result.step_lower(
             &self.shape,
@@ -178,11 +185,80 @@ impl OptionProbe {
             min_time: Vec::new(),
             largest_time: Vec::new(),
             largest_fits: Vec::new(),
+            line_time: Vec::new(),
             slopes: Vec::new(),
             largest: 0,
             minimum_fits: false,
+            min_tail: Vec::new(),
             tail_lower: 0.0,
         }
+    }
+
+    /// Bounds for splits that choose any of `probes`' options per stage: each stage at least
+    /// its fastest option, fitting `⌈layers/pp⌉` layers when any option does. The least of the
+    /// options' lines is concave, so the chord between the fewest and the most layers a stage
+    /// can hold lies below it and serves as the stage's line. Whether every stage fits its
+    /// fewest layers was settled by the screening, so the bound assumes it.
+    pub fn mixed(probes: &[OptionProbe], shape: &PipelineShape, layers: u64, lmin: u64) -> Self {
+        let stages = probes.iter().map(|p| p.min_time.len()).max().unwrap_or(0);
+        let probes: Vec<&OptionProbe> = probes
+            .iter()
+            .filter(|p| p.min_time.len() == stages)
+            .collect();
+        let largest = probes.first().map_or(0, |p| p.largest);
+        let lmax = layers.saturating_sub(stages.saturating_sub(1) as u64 * lmin);
+        let least = |values: &mut dyn Iterator<Item = f64>| values.min_by(f64::total_cmp);
+        let mut result = OptionProbe::skipped();
+        for s in 0..stages {
+            let fitting = least(
+                &mut probes
+                    .iter()
+                    .filter(|p| p.largest_fits[s])
+                    .map(|p| p.largest_time[s]),
+            );
+            result
+                .min_time
+                .push(least(&mut probes.iter().map(|p| p.min_time[s])).unwrap_or(0.0));
+            result
+                .min_tail
+                .push(least(&mut probes.iter().map(|p| p.min_tail[s])).unwrap_or(0.0));
+            result.largest_fits.push(fitting.is_some());
+            result.largest_time.push(fitting.unwrap_or(f64::INFINITY));
+            let line_at = |l: u64| {
+                probes
+                    .iter()
+                    .map(|p| {
+                        let slope = p.slopes[s]?;
+                        Some(p.line_time[s] + (l as f64 - largest as f64) * slope)
+                    })
+                    .try_fold(f64::INFINITY, |acc, v| v.map(|v| acc.min(v)))
+            };
+            let (low, high) = (line_at(lmin), line_at(lmax));
+            let chord = low
+                .zip(high)
+                .filter(|(low, _)| low.is_finite())
+                .map(|(low, high)| {
+                    let slope = if lmax > lmin {
+                        (high - low) / (lmax - lmin) as f64
+                    } else {
+                        0.0
+                    };
+                    (low + (largest as f64 - lmin as f64) * slope, slope)
+                });
+            result.line_time.push(chord.map_or(0.0, |(value, _)| value));
+            result.slopes.push(chord.map(|(_, slope)| slope));
+        }
+        result.largest = largest;
+        result.minimum_fits = stages > 0;
+        result.tail_lower = result.min_tail.iter().copied().fold(0.0, f64::max);
+        result.lower = result.step_lower(
+            shape,
+            &result.largest_fits,
+            result.minimum_fits,
+            layers,
+            lmin,
+        );
+        result
     }
 
     /// Lower bound on the step time of any split, with `fits` telling which stages can hold
@@ -234,7 +310,7 @@ impl OptionProbe {
         let (Some(slopes), Some(spare)) = (slopes, layers.checked_sub(n * lmin)) else {
             return monotone;
         };
-        let base: f64 = stages.iter().map(|&s| self.largest_time[s]).sum();
+        let base: f64 = stages.iter().map(|&s| self.line_time[s]).sum();
         let down = self.largest.saturating_sub(lmin) as f64;
         let flattest = slopes.iter().copied().fold(f64::INFINITY, f64::min);
         let convex = base - down * slopes.iter().sum::<f64>() + spare as f64 * flattest;

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::canonical_json::to_canonical_string;
 use crate::plan::Plan;
-use crate::space::{offload_label, recompute_label};
+use crate::space::{offload_label, per_stage_label, recompute_label};
 
 /// The format tag of `tessel diff --format json` output.
 pub const DIFF_FORMAT: &str = "tessel-diff/1";
@@ -254,13 +254,6 @@ fn change(field: &str, old: String, new: String) -> Option<FieldChange> {
 }
 
 /// One label when every stage agrees, else the per-stage list.
-fn per_stage(labels: Vec<String>) -> String {
-    match labels.first() {
-        Some(first) if labels.iter().all(|l| l == first) => first.clone(),
-        _ => format!("per stage: {}", labels.join(", ")),
-    }
-}
-
 fn layers_per_stage(plan: &Plan) -> String {
     let layers: Vec<String> = plan.stages.iter().map(|s| s.layers.to_string()).collect();
     layers.join("/")
@@ -306,16 +299,22 @@ fn config_changes(old: &Plan, new: &Plan) -> Vec<FieldChange> {
         on_off(b.sequence_parallel),
     ));
     let recompute = |p: &Plan| {
-        per_stage(
-            p.stages
+        per_stage_label(
+            &p.stages
                 .iter()
                 .map(|s| recompute_label(s.recompute))
-                .collect(),
+                .collect::<Vec<_>>(),
         )
     };
     changes.extend(change("recompute", recompute(old), recompute(new)));
-    let offload =
-        |p: &Plan| per_stage(p.stages.iter().map(|s| offload_label(&s.offload)).collect());
+    let offload = |p: &Plan| {
+        per_stage_label(
+            &p.stages
+                .iter()
+                .map(|s| offload_label(&s.offload))
+                .collect::<Vec<_>>(),
+        )
+    };
     changes.extend(change("offload", offload(old), offload(new)));
     let layers = change(
         "layers_per_stage",

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use tessel_grammar::Recompute;
 
 use crate::plan::{Plan, SolverStatus};
-use crate::space::{offload_label, recompute_label};
+use crate::render::choices_label;
 
 /// Memory counts as binding once the fullest stage uses this share of its capacity.
 const TIGHT_MEMORY: f64 = 0.9;
@@ -17,10 +17,10 @@ pub fn render_explain(plan: &Plan) -> String {
         .stages
         .iter()
         .max_by(|a, b| a.memory.total().total_cmp(&b.memory.total()));
-    let stage = plan.stages.first();
-    let recompute = stage.map_or(Recompute::None, |s| s.recompute);
-    let offloads = stage.is_some_and(|s| !s.offload.is_none());
-    let saves_memory = recompute != Recompute::None || offloads;
+    let saves_memory = plan
+        .stages
+        .iter()
+        .any(|s| s.recompute != Recompute::None || !s.offload.is_none());
     if let Some(fullest) = fullest {
         let used = fullest.memory.total();
         let share = if p.memory_capacity_gib > 0.0 {
@@ -44,9 +44,8 @@ pub fn render_explain(plan: &Plan) -> String {
             if saves_memory {
                 let _ = writeln!(
                     out,
-                    "  to fit, the plan uses recompute {} and offload {} ({:.1} ms recompute, {:.1} ms offload per step).",
-                    recompute_label(recompute),
-                    stage.map_or("none".to_string(), |s| offload_label(&s.offload)),
+                    "  to fit, the plan uses {} ({:.1} ms recompute, {:.1} ms offload per step).",
+                    choices_label(plan),
                     p.time.recompute * 1e3,
                     p.time.offload * 1e3
                 );
@@ -63,9 +62,8 @@ pub fn render_explain(plan: &Plan) -> String {
             if saves_memory {
                 let _ = writeln!(
                     out,
-                    "  the strategy uses recompute {} and offload {} anyway ({:.1} ms recompute, {:.1} ms offload per step).",
-                    recompute_label(recompute),
-                    stage.map_or("none".to_string(), |s| offload_label(&s.offload)),
+                    "  the strategy uses {} anyway ({:.1} ms recompute, {:.1} ms offload per step).",
+                    choices_label(plan),
                     p.time.recompute * 1e3,
                     p.time.offload * 1e3
                 );

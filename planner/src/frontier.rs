@@ -1,10 +1,14 @@
-//! The inner problem of an outer configuration: for each stage option that can still win, the
-//! candidate points of every stage — a layer count and what the stage costs with it.
+//! The inner problem of an outer configuration: for every stage, the candidate points — a layer
+//! count, a stage option, and what the stage costs with them — from which the MILP picks one per
+//! stage. Each stage chooses its own option (the first stages of a 1F1B pipeline hold more
+//! micro-batches in flight and may need recompute that later stages do not).
 //!
-//! Points are generated from the fewest layers upward and stop at the first that does not fit
-//! in memory or whose own bound exceeds the cutoff; by the cost model's monotonicity in layers no
-//! larger count could do better. Layer counts no split can complete (the other stages' largest
-//! counts cannot make up the rest) are dropped too.
+//! Points are generated per option from the fewest layers upward and stop at the first that does
+//! not fit in memory or whose own bound exceeds the cutoff; by the cost model's monotonicity in
+//! layers no larger count could do better. Of the points of one stage and layer count, only those
+//! no other option beats on both time and tail are kept (the per-stage Pareto frontier; memory
+//! is a constraint already met by every point). Layer counts no split can complete (the other
+//! stages' largest counts cannot make up the rest) are dropped too.
 
 use tessel_symbolic::cost::{PipelineShape, StageCost};
 
@@ -14,16 +18,9 @@ use crate::space::StageOption;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StagePoint {
     pub layers: u64,
-    pub cost: StageCost,
-}
-
-/// Candidate points of every stage under one option.
-#[derive(Clone, Debug)]
-pub struct OptionFrontier {
     /// Index into the outer configuration's option list.
     pub option: usize,
-    /// `stages[s]`: the points of stage `s`, by increasing layer count.
-    pub stages: Vec<Vec<StagePoint>>,
+    pub cost: StageCost,
 }
 
 /// What the MILP solves for one outer configuration.
@@ -31,21 +28,26 @@ pub struct OptionFrontier {
 pub struct InnerProblem {
     pub shape: PipelineShape,
     pub layers: u64,
-    pub options: Vec<OptionFrontier>,
+    /// `stages[s]`: the points of stage `s`, by layer count then option.
+    pub stages: Vec<Vec<StagePoint>>,
 }
 
-/// Builds the frontier of one option; `None` when no split within `cutoff` exists.
-pub fn option_frontier(
+/// The points of every stage under one option (a stage may have none), appended to `stages`.
+/// `bounds` must hold for any choice of options per stage ([`OptionProbe::mixed`]).
+pub fn add_option_points(
     probe: &mut OuterProbe<'_>,
     option_index: usize,
     option: &StageOption,
     bounds: &OptionProbe,
     cutoff: f64,
-) -> Option<OptionFrontier> {
+    stages: &mut [Vec<StagePoint>],
+) {
     let pp = probe.outer.pp;
     let layers = probe.layers;
     let lmin = min_stage_layers(layers, &probe.outer);
-    let lmax = layers.checked_sub((pp - 1) * lmin)?;
+    let Some(lmax) = layers.checked_sub((pp - 1) * lmin) else {
+        return;
+    };
     let shape = probe.shape;
     let slowest_lower = bounds
         .largest_time
@@ -56,12 +58,10 @@ pub fn option_frontier(
         .min_by(f64::total_cmp)
         .unwrap_or(0.0);
     let tolerance = cutoff.abs() * 1e-9;
-    let mut stages = Vec::with_capacity(pp as usize);
-    for stage in 0..pp {
-        let mut points = Vec::new();
+    for (stage, points) in stages.iter_mut().enumerate() {
         for count in lmin..=lmax {
-            let others_min = bounds.sum_lower(Some(stage as usize), layers - count, lmin, 0.0);
-            let cost = probe.cost(stage, count, option);
+            let others_min = bounds.sum_lower(Some(stage), layers - count, lmin, 0.0);
+            let cost = probe.cost(stage as u64, count, option);
             if !probe.fits(&cost) {
                 break;
             }
@@ -73,18 +73,25 @@ pub fn option_frontier(
             }
             points.push(StagePoint {
                 layers: count,
+                option: option_index,
                 cost,
             });
         }
-        if points.is_empty() {
-            return None;
-        }
-        stages.push(points);
     }
-    // Each stage must take at least what the others' largest counts leave over.
+}
+
+/// Keeps, per stage and layer count, the points no other point beats on both time and tail (of
+/// equal points, the first option), then drops layer counts no split can complete; `None` when
+/// some stage is left without a point or the stages cannot hold every layer.
+pub fn inner_problem(
+    shape: PipelineShape,
+    layers: u64,
+    stages: Vec<Vec<StagePoint>>,
+) -> Option<InnerProblem> {
+    let mut stages: Vec<Vec<StagePoint>> = stages.into_iter().map(pareto_points).collect();
     let largest: Vec<u64> = stages
         .iter()
-        .map(|points| points.last().map_or(0, |p| p.layers))
+        .map(|points| points.iter().map(|p| p.layers).max().unwrap_or(0))
         .collect();
     let total_largest: u64 = largest.iter().sum();
     if total_largest < layers {
@@ -98,44 +105,33 @@ pub fn option_frontier(
             return None;
         }
     }
-    Some(OptionFrontier {
-        option: option_index,
+    Some(InnerProblem {
+        shape,
+        layers,
         stages,
     })
 }
 
-/// Whether every point of `a` is matched by a point of `b` at the same stage and layer count
-/// that is no slower and has no longer tail: any split under `a` is then at least as good
-/// under `b`.
-fn dominated_by(a: &OptionFrontier, b: &OptionFrontier) -> bool {
-    a.stages.iter().zip(&b.stages).all(|(ours, theirs)| {
-        ours.iter().all(|p| {
-            theirs.iter().any(|q| {
-                q.layers == p.layers
-                    && q.cost.microbatch_s <= p.cost.microbatch_s
-                    && q.cost.tail_s <= p.cost.tail_s
-            })
-        })
-    })
+/// Whether `q` is at least as good as `p` for any split: no slower and no longer tail.
+fn no_worse(q: &StagePoint, p: &StagePoint) -> bool {
+    q.cost.microbatch_s <= p.cost.microbatch_s && q.cost.tail_s <= p.cost.tail_s
 }
 
-/// Drops options another option dominates on every stage (the Pareto filter of the shared
-/// stage option). Of options that dominate each other, the first in canonical order stays.
-pub fn drop_dominated(frontiers: Vec<OptionFrontier>) -> Vec<OptionFrontier> {
-    let keep: Vec<bool> = frontiers
+fn pareto_points(mut points: Vec<StagePoint>) -> Vec<StagePoint> {
+    points.sort_by(|a, b| a.layers.cmp(&b.layers).then(a.option.cmp(&b.option)));
+    let keep: Vec<bool> = points
         .iter()
         .enumerate()
-        .map(|(i, a)| {
-            !frontiers
-                .iter()
-                .enumerate()
-                .any(|(j, b)| j != i && dominated_by(a, b) && (j < i || !dominated_by(b, a)))
+        .map(|(i, p)| {
+            !points.iter().enumerate().any(|(j, q)| {
+                j != i && q.layers == p.layers && no_worse(q, p) && (j < i || !no_worse(p, q))
+            })
         })
         .collect();
-    frontiers
+    points
         .into_iter()
         .zip(keep)
-        .filter_map(|(frontier, keep)| keep.then_some(frontier))
+        .filter_map(|(point, keep)| keep.then_some(point))
         .collect()
 }
 
@@ -144,35 +140,57 @@ mod tests {
     use super::*;
     use tessel_symbolic::cost::MemoryBreakdown;
 
-    fn frontier(option: usize, times: &[(u64, f64)]) -> OptionFrontier {
-        let points = times
-            .iter()
-            .map(|&(layers, time)| StagePoint {
-                layers,
-                cost: StageCost {
-                    microbatch_s: time,
-                    tail_s: 0.0,
-                    memory: MemoryBreakdown::default(),
-                },
-            })
-            .collect::<Vec<_>>();
-        OptionFrontier {
+    fn point(layers: u64, option: usize, time: f64, tail: f64) -> StagePoint {
+        StagePoint {
+            layers,
             option,
-            stages: vec![points.clone(), points],
+            cost: StageCost {
+                microbatch_s: time,
+                tail_s: tail,
+                memory: MemoryBreakdown::default(),
+            },
         }
     }
 
     #[test]
-    fn slower_options_with_no_extra_reach_are_dropped() {
-        let fast = frontier(0, &[(1, 1.0), (2, 2.0)]);
-        let slow = frontier(1, &[(1, 1.5), (2, 2.5)]);
-        // More layers fit under the slow option (it saves memory): it stays.
-        let lean = frontier(2, &[(1, 1.5), (2, 2.5), (3, 3.5)]);
-        let twin = frontier(3, &[(1, 1.0), (2, 2.0)]);
-        let kept: Vec<usize> = drop_dominated(vec![fast, slow, lean, twin])
+    fn per_layer_count_only_the_pareto_points_stay() {
+        let points = vec![
+            point(1, 0, 1.0, 0.0),
+            point(1, 1, 1.5, 0.0),
+            // Slower, but a shorter tail: it stays.
+            point(1, 2, 1.5, -1.0),
+            // A twin of option 0: the first option stays.
+            point(1, 3, 1.0, 0.0),
+            // Only option 1 fits two layers: it stays.
+            point(2, 1, 2.5, 0.0),
+        ];
+        let kept: Vec<(u64, usize)> = pareto_points(points)
             .iter()
-            .map(|f| f.option)
+            .map(|p| (p.layers, p.option))
             .collect();
-        assert_eq!(kept, vec![0, 2]);
+        assert_eq!(kept, vec![(1, 0), (1, 2), (2, 1)]);
+    }
+
+    #[test]
+    fn counts_no_split_completes_are_dropped() {
+        let shape = PipelineShape {
+            sum_weight: 1.0,
+            max_weight: 1.0,
+        };
+        let first = vec![point(1, 0, 1.0, 0.0), point(2, 0, 2.0, 0.0)];
+        let second = vec![
+            point(1, 1, 1.0, 0.0),
+            point(2, 1, 2.0, 0.0),
+            point(3, 1, 3.0, 0.0),
+        ];
+        let problem = inner_problem(shape, 5, vec![first.clone(), second.clone()]).unwrap();
+        // Five layers: the first stage's 2 needs the second's 3, and the reverse.
+        let counts: Vec<Vec<u64>> = problem
+            .stages
+            .iter()
+            .map(|points| points.iter().map(|p| p.layers).collect())
+            .collect();
+        assert_eq!(counts, vec![vec![2], vec![3]]);
+        assert!(inner_problem(shape, 6, vec![first, second]).is_none());
     }
 }

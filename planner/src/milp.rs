@@ -1,13 +1,11 @@
-//! The MILP that picks the layers of every stage and the stage option of an outer configuration.
-//! This is the only module that sees good_lp and HiGHS.
+//! The MILP that picks the layers and the stage option of every stage of an outer
+//! configuration. This is the only module that sees good_lp and HiGHS.
 //!
-//! Variables: `y_k ∈ {0,1}` per option `k`; `x_{s,p,k} ∈ {0,1}` per candidate point `p` (a layer
-//! count and its cost) of stage `s` under option `k`; `T ≥ 0` the slowest stage's micro-batch
-//! time; `R ≥ 0` the largest tail. Minimise
-//! `sum_weight · Σ t_{s,p,k}·x + max_weight · T + R` subject to
-//! `Σ_k y_k = 1`; `Σ_p x_{s,p,k} = y_k` for every stage and option; `Σ layers·x = L`;
-//! `T ≥ Σ_{p,k} t·x` and `R ≥ Σ_{p,k} tail·x` for every stage. Memory is not a row: points that
-//! do not fit were never generated.
+//! Variables: `x_{s,p} ∈ {0,1}` per candidate point `p` (a layer count, an option and their
+//! cost) of stage `s`; `T ≥ 0` the slowest stage's micro-batch time; `R ≥ 0` the largest tail.
+//! Minimise `sum_weight · Σ t_{s,p}·x + max_weight · T + R` subject to `Σ_p x_{s,p} = 1` for
+//! every stage; `Σ layers·x = L`; `T ≥ Σ_p t·x` and `R ≥ Σ_p tail·x` for every stage. Memory is
+//! not a row: points that do not fit were never generated.
 
 use std::sync::Mutex;
 
@@ -40,8 +38,6 @@ impl Default for MilpSettings {
 /// The MILP's choice.
 #[derive(Clone, Debug, PartialEq)]
 pub struct InnerSolution {
-    /// Index into `InnerProblem::options`.
-    pub option: usize,
     /// Per stage, the index of the chosen point.
     pub points: Vec<usize>,
     pub status: SolverStatus,
@@ -51,7 +47,7 @@ pub struct InnerSolution {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum MilpFailure {
-    /// No split fits under the cutoff the frontier was built with.
+    /// No split fits under the cutoff the points were generated with.
     Infeasible,
     Solver(String),
 }
@@ -60,13 +56,10 @@ pub enum MilpFailure {
 /// which keeps them independent of the thread pool (the problems are small).
 static SOLVER_LOCK: Mutex<()> = Mutex::new(());
 
-/// A known feasible choice that seeds the solver.
+/// A known feasible choice that seeds the solver: per stage, the index of its point.
 #[derive(Clone, Debug)]
 pub struct Incumbent {
-    /// Index into `InnerProblem::options`.
-    pub option: usize,
-    /// Layers per stage.
-    pub layers: Vec<u64>,
+    pub points: Vec<usize>,
 }
 
 pub fn solve(
@@ -74,66 +67,46 @@ pub fn solve(
     settings: &MilpSettings,
     incumbent: Option<&Incumbent>,
 ) -> Result<InnerSolution, MilpFailure> {
-    if problem.options.is_empty() {
+    if problem.stages.iter().any(Vec::is_empty) {
         return Err(MilpFailure::Infeasible);
     }
     let mut vars = ProblemVariables::new();
-    let choose: Vec<Variable> = problem
-        .options
+    let picks: Vec<Vec<Variable>> = problem
+        .stages
         .iter()
-        .map(|_| vars.add(variable().binary()))
-        .collect();
-    let picks: Vec<Vec<Vec<Variable>>> = problem
-        .options
-        .iter()
-        .map(|option| {
-            option
-                .stages
+        .map(|points| {
+            points
                 .iter()
-                .map(|points| {
-                    points
-                        .iter()
-                        .map(|_| vars.add(variable().binary()))
-                        .collect()
-                })
+                .map(|_| vars.add(variable().binary()))
                 .collect()
         })
         .collect();
     let slowest = vars.add(variable().min(0.0));
     let tail = vars.add(variable().min(0.0));
-    let stage_count = problem.options[0].stages.len();
 
     let mut objective = Expression::default();
     let mut layer_sum = Expression::default();
-    let mut stage_time = vec![Expression::default(); stage_count];
-    let mut stage_tail = vec![Expression::default(); stage_count];
     let mut rows = Vec::new();
-    for (k, option) in problem.options.iter().enumerate() {
-        for (s, points) in option.stages.iter().enumerate() {
-            let mut chosen = Expression::default();
-            for (p, point) in points.iter().enumerate() {
-                let x = picks[k][s][p];
-                objective.add_mul(problem.shape.sum_weight * point.cost.microbatch_s, x);
-                layer_sum.add_mul(point.layers as f64, x);
-                stage_time[s].add_mul(point.cost.microbatch_s, x);
-                stage_tail[s].add_mul(point.cost.tail_s, x);
-                chosen += x;
-            }
-            rows.push(chosen.eq(choose[k]));
+    for (points, stage_picks) in problem.stages.iter().zip(&picks) {
+        let mut chosen = Expression::default();
+        let mut stage_time = Expression::default();
+        let mut stage_tail = Expression::default();
+        for (point, &x) in points.iter().zip(stage_picks) {
+            objective.add_mul(problem.shape.sum_weight * point.cost.microbatch_s, x);
+            layer_sum.add_mul(point.layers as f64, x);
+            stage_time.add_mul(point.cost.microbatch_s, x);
+            stage_tail.add_mul(point.cost.tail_s, x);
+            chosen += x;
         }
+        rows.push(chosen.eq(1.0));
+        rows.push(Expression::from(slowest).geq(stage_time));
+        rows.push(Expression::from(tail).geq(stage_tail));
     }
     objective.add_mul(problem.shape.max_weight, slowest);
     objective += tail;
-    let one_option: Expression = choose.iter().copied().sum();
-    rows.push(one_option.eq(1.0));
     rows.push(layer_sum.eq(problem.layers as f64));
-    for s in 0..stage_count {
-        rows.push(Expression::from(slowest).geq(stage_time[s].clone()));
-        rows.push(Expression::from(tail).geq(stage_tail[s].clone()));
-    }
 
-    let start =
-        incumbent.and_then(|inc| initial_values(problem, inc, &choose, &picks, slowest, tail));
+    let start = incumbent.and_then(|inc| initial_values(problem, inc, &picks, slowest, tail));
     let mut model = vars
         .minimise(objective.clone())
         .using(highs)
@@ -165,12 +138,8 @@ pub fn solve(
         SolutionStatus::GapLimit => SolverStatus::GapLimit,
         SolutionStatus::TimeLimit => SolverStatus::TimeLimit,
     };
-    let option = choose
-        .iter()
-        .position(|&y| solution.value(y) > 0.5)
-        .ok_or_else(|| MilpFailure::Solver("no stage option chosen".to_string()))?;
-    let mut points = Vec::with_capacity(stage_count);
-    for stage_picks in &picks[option] {
+    let mut points = Vec::with_capacity(picks.len());
+    for stage_picks in &picks {
         let point = stage_picks
             .iter()
             .position(|&x| solution.value(x) > 0.5)
@@ -178,46 +147,34 @@ pub fn solve(
         points.push(point);
     }
     Ok(InnerSolution {
-        option,
         points,
         status,
         objective: solution.eval(&objective),
     })
 }
 
-/// Values of every variable for the incumbent; `None` when one of its points is not in the
-/// problem.
+/// Values of every variable for the incumbent; `None` when it does not name a point per stage.
 fn initial_values(
     problem: &InnerProblem,
     incumbent: &Incumbent,
-    choose: &[Variable],
-    picks: &[Vec<Vec<Variable>>],
+    picks: &[Vec<Variable>],
     slowest: Variable,
     tail: Variable,
 ) -> Option<Vec<(Variable, f64)>> {
-    let frontier = problem.options.get(incumbent.option)?;
-    let mut chosen = Vec::with_capacity(frontier.stages.len());
-    for (points, layers) in frontier.stages.iter().zip(&incumbent.layers) {
-        chosen.push(points.iter().position(|p| p.layers == *layers)?);
+    if incumbent.points.len() != problem.stages.len() {
+        return None;
     }
     let mut values = Vec::new();
-    for (k, &y) in choose.iter().enumerate() {
-        values.push((y, f64::from(u8::from(k == incumbent.option))));
-        for (s, stage_picks) in picks[k].iter().enumerate() {
-            for (p, &x) in stage_picks.iter().enumerate() {
-                let on = k == incumbent.option && chosen[s] == p;
-                values.push((x, f64::from(u8::from(on))));
-            }
+    let (mut max_time, mut max_tail) = (0.0f64, 0.0f64);
+    for ((points, stage_picks), &chosen) in problem.stages.iter().zip(picks).zip(&incumbent.points)
+    {
+        let point = points.get(chosen)?;
+        max_time = max_time.max(point.cost.microbatch_s);
+        max_tail = max_tail.max(point.cost.tail_s);
+        for (p, &x) in stage_picks.iter().enumerate() {
+            values.push((x, f64::from(u8::from(p == chosen))));
         }
     }
-    let points = frontier
-        .stages
-        .iter()
-        .zip(&chosen)
-        .map(|(points, &p)| points[p]);
-    let (max_time, max_tail) = points.fold((0.0f64, 0.0f64), |(t, r), point| {
-        (t.max(point.cost.microbatch_s), r.max(point.cost.tail_s))
-    });
     values.push((slowest, max_time));
     values.push((tail, max_tail));
     Some(values)
@@ -226,12 +183,13 @@ fn initial_values(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontier::{OptionFrontier, StagePoint};
+    use crate::frontier::StagePoint;
     use tessel_symbolic::cost::{MemoryBreakdown, PipelineShape, StageCost};
 
     fn point(layers: u64, time: f64, tail: f64) -> StagePoint {
         StagePoint {
             layers,
+            option: 0,
             cost: StageCost {
                 microbatch_s: time,
                 tail_s: tail,
@@ -251,10 +209,7 @@ mod tests {
                 max_weight: 3.0,
             },
             layers: 4,
-            options: vec![OptionFrontier {
-                option: 0,
-                stages: vec![first, last],
-            }],
+            stages: vec![first, last],
         }
     }
 
@@ -273,10 +228,7 @@ mod tests {
 
     #[test]
     fn a_seed_does_not_change_the_optimum() {
-        let seed = Incumbent {
-            option: 0,
-            layers: vec![2, 2],
-        };
+        let seed = Incumbent { points: vec![1, 1] };
         let solution = solve(&problem(), &MilpSettings::default(), Some(&seed)).expect("solved");
         assert_eq!(solution.points, vec![2, 0]);
     }
@@ -285,7 +237,7 @@ mod tests {
     fn the_larger_tail_counts_once() {
         let mut p = problem();
         // A long tail on the first stage's heavy points makes (2,2) best: 16 + 0 vs 14.5 + 2.
-        p.options[0].stages[0][2].cost.tail_s = 2.0;
+        p.stages[0][2].cost.tail_s = 2.0;
         let solution = solve(&p, &MilpSettings::default(), None).expect("solved");
         assert_eq!(solution.points, vec![1, 1]);
         assert!(

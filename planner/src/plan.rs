@@ -105,8 +105,14 @@ pub struct SearchStats {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunnerUp {
     pub config: PlanConfig,
+    /// The first stage's recompute and offload; the lists below hold every stage's when they
+    /// differ (as in [`Strategy`]).
     pub recompute: Recompute,
     pub offload: Offload,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_recompute: Option<Vec<Recompute>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage_offload: Option<Vec<Offload>>,
     /// Layers per stage.
     pub stages: Vec<u64>,
     pub step_time_s: f64,
@@ -116,6 +122,22 @@ pub struct RunnerUp {
     pub loses_on: String,
     /// A sentence with the numbers.
     pub reason: String,
+}
+
+impl RunnerUp {
+    /// Every stage's recompute, in stage order.
+    pub fn stage_recomputes(&self) -> Vec<Recompute> {
+        self.stage_recompute
+            .clone()
+            .unwrap_or_else(|| vec![self.recompute; self.stages.len()])
+    }
+
+    /// Every stage's offload fractions, in stage order.
+    pub fn stage_offloads(&self) -> Vec<Offload> {
+        self.stage_offload
+            .clone()
+            .unwrap_or_else(|| vec![self.offload; self.stages.len()])
+    }
 }
 
 /// A plan file.
@@ -198,8 +220,7 @@ impl Plan {
 
     /// The plan as a fixed strategy (what `tessel estimate` would be given).
     pub fn strategy(&self) -> Strategy {
-        let first = self.stages.first();
-        Strategy {
+        let mut strategy = Strategy {
             name: "plan".to_string(),
             dp: self.config.dp,
             tp: self.config.tp,
@@ -208,13 +229,16 @@ impl Plan {
             ep: self.config.ep,
             microbatch: self.config.microbatch,
             interleave: self.config.interleave,
-            recompute: first.map_or(Recompute::None, |s| s.recompute),
             sequence_parallel: self.config.sequence_parallel,
             zero: self.config.zero,
-            offload: first.map_or(Offload::default(), |s| s.offload),
             stages: Some(self.chunk_layers()),
             ..Strategy::default()
-        }
+        };
+        strategy.set_stage_options(
+            self.stages.iter().map(|s| s.recompute).collect(),
+            self.stages.iter().map(|s| s.offload).collect(),
+        );
+        strategy
     }
 
     /// Layers of every chunk in model order (what a strategy's `stages` holds), from the

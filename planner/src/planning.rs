@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use tessel_grammar::{Recompute, Spec, Strategy};
+use tessel_grammar::{Offload, Recompute, Spec, Strategy};
 
 use crate::cost_model::StageCostModel;
 use crate::error::PlanError;
@@ -63,27 +63,33 @@ fn config_of(outer: &OuterConfig) -> PlanConfig {
     }
 }
 
-/// Partial recompute of at least every layer of the fullest stage is full recompute, and of no
-/// layer is none; the cost model accepts only counts within the stages.
-fn canonical_recompute(recompute: Recompute, stage_layers: &[u64]) -> Recompute {
+/// Partial recompute of at least every layer of a stage is full recompute, and of no layer is
+/// none; the cost model accepts only counts within the stage.
+fn canonical_recompute(recompute: Recompute, stage_layers: u64) -> Recompute {
     match recompute {
         Recompute::Partial { full_layers: 0 } => Recompute::None,
-        Recompute::Partial { full_layers }
-            if full_layers >= stage_layers.iter().copied().max().unwrap_or(0) =>
-        {
-            Recompute::Full
-        }
+        Recompute::Partial { full_layers } if full_layers >= stage_layers => Recompute::Full,
         other => other,
     }
 }
 
 fn strategy_of(solved: &Solved) -> Strategy {
-    solved.outer.strategy(
+    let mut strategy = solved.outer.strategy(
         "plan",
-        canonical_recompute(solved.option.recompute, &solved.stages),
-        solved.option.offload,
+        Recompute::None,
+        Offload::default(),
         Some(stage_chunks(&solved.stages, solved.outer.interleave)),
-    )
+    );
+    strategy.set_stage_options(
+        solved
+            .options
+            .iter()
+            .zip(&solved.stages)
+            .map(|(option, &layers)| canonical_recompute(option.recompute, layers))
+            .collect(),
+        solved.options.iter().map(|option| option.offload).collect(),
+    );
+    strategy
 }
 
 /// Searches the spec's space and returns the best plan with its runners-up.
@@ -124,14 +130,17 @@ pub fn plan(
         .map_err(|message| PlanError::CostModel { message })?;
     let mut runners_up = Vec::new();
     for solved in &result.ranked[1..] {
+        let strategy = strategy_of(solved);
         let estimate = model
-            .estimate(&strategy_of(solved))
+            .estimate(&strategy)
             .map_err(|message| PlanError::CostModel { message })?;
         let (loses_on, reason) = loss_reason(&best_estimate, &estimate);
         runners_up.push(RunnerUp {
             config: config_of(&solved.outer),
-            recompute: canonical_recompute(solved.option.recompute, &solved.stages),
-            offload: solved.option.offload,
+            recompute: strategy.recompute,
+            offload: strategy.offload,
+            stage_recompute: strategy.stage_recompute,
+            stage_offload: strategy.stage_offload,
             stages: solved.stages.clone(),
             step_time_s: estimate.step_time_s,
             tokens_per_s: estimate.tokens_per_s,
@@ -288,8 +297,8 @@ fn assemble(
             stage: stage as u64,
             layers,
             layer_ranges,
-            recompute: strategy.recompute,
-            offload: strategy.offload,
+            recompute: strategy.recompute_of(stage as u64),
+            offload: strategy.offload_of(stage as u64),
         })
         .collect();
     let rank_map = RankMap::build(&MeshShape {

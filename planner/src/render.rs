@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::plan::{Plan, PlanConfig};
-use crate::space::{offload_label, recompute_label};
+use crate::space::{offload_label, per_stage_label, recompute_label};
 
 /// A runner-up's configuration in one line: `tp 4 pp 8 dp 32 cp 1 ep 1 v 8 mb 1 zero 1 sp`.
 pub(crate) fn config_label(c: &PlanConfig) -> String {
@@ -58,15 +58,26 @@ fn batching_label(plan: &Plan) -> String {
     )
 }
 
-fn choices_label(plan: &Plan) -> String {
-    match plan.stages.first() {
-        Some(stage) => format!(
-            "recompute {}, offload {}",
-            recompute_label(stage.recompute),
-            offload_label(&stage.offload)
-        ),
-        None => "no stages".to_string(),
+/// Recompute and offload, per stage when the stages differ.
+pub(crate) fn choices_label(plan: &Plan) -> String {
+    if plan.stages.is_empty() {
+        return "no stages".to_string();
     }
+    let recompute: Vec<String> = plan
+        .stages
+        .iter()
+        .map(|s| recompute_label(s.recompute))
+        .collect();
+    let offload: Vec<String> = plan
+        .stages
+        .iter()
+        .map(|s| offload_label(&s.offload))
+        .collect();
+    format!(
+        "recompute {}, offload {}",
+        per_stage_label(&recompute),
+        per_stage_label(&offload)
+    )
 }
 
 /// The chosen configuration, its prediction and per-stage memory against capacity.

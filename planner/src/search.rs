@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use tessel_grammar::{Offload, Recompute, Spec};
+use tessel_grammar::Spec;
 use tessel_symbolic::cost::StageCost;
 
 use crate::bounds::{
@@ -18,7 +18,7 @@ use crate::bounds::{
 };
 use crate::cost_model::StageCostModel;
 use crate::error::PlanError;
-use crate::frontier::{drop_dominated, option_frontier, InnerProblem, OptionFrontier};
+use crate::frontier::{add_option_points, inner_problem, StagePoint};
 use crate::local_search::{improve_even_split, Split};
 use crate::milp::{self, Incumbent, MilpSettings};
 use crate::nothing_fits::{explain, least_need, ModelFactory};
@@ -42,7 +42,8 @@ pub struct SearchProgress {
 pub struct Solved {
     pub step_time_s: f64,
     pub outer: OuterConfig,
-    pub option: StageOption,
+    /// The recompute/offload option of every stage.
+    pub options: Vec<StageOption>,
     /// Layers per stage.
     pub stages: Vec<u64>,
     pub costs: Vec<StageCost>,
@@ -59,68 +60,23 @@ pub struct SearchResult {
 struct Refined {
     outer: OuterConfig,
     options: Vec<StageOption>,
+    /// Per option, its bounds and even split when every stage takes it.
     probes: Vec<OptionProbe>,
+    /// Bounds when every stage takes its own option.
+    mixed: OptionProbe,
     lower: Option<f64>,
     upper: Option<f64>,
     evaluations: u64,
 }
 
-/// Evaluates every option of `outer` at the even split, with its bounds. Options sharing a
-/// recompute choice are first bounded together — time from the one without offload, memory
-/// from the largest offload fractions among them — and skipped when that bound already exceeds
-/// `threshold` (the top-`K+1` threshold of earlier rounds): none of them can enter the top.
-fn refine(spec: &Spec, model: &dyn StageCostModel, outer: OuterConfig, threshold: f64) -> Refined {
+/// Evaluates every option of `outer` at the even split, with its bounds, and the bounds of
+/// splits that mix options across stages.
+fn refine(spec: &Spec, model: &dyn StageCostModel, outer: OuterConfig) -> Refined {
     let options = stage_options(spec, &outer);
     let mut probe = OuterProbe::new(spec, model, outer);
     let lmin = min_stage_layers(spec.model.layers, &outer);
-    let mut probes: Vec<Option<OptionProbe>> = options.iter().map(|_| None).collect();
-    let mut groups: Vec<(Recompute, Vec<usize>)> = Vec::new();
-    for (k, option) in options.iter().enumerate() {
-        match groups.iter_mut().find(|(r, _)| *r == option.recompute) {
-            Some((_, members)) => members.push(k),
-            None => groups.push((option.recompute, vec![k])),
-        }
-    }
-    for (recompute, members) in &groups {
-        if members.len() > 1 && threshold.is_finite() {
-            let group: Vec<StageOption> = members.iter().map(|&k| options[k]).collect();
-            let fastest = StageOption {
-                recompute: *recompute,
-                offload: Offload::default(),
-            };
-            let leanest = StageOption {
-                recompute: *recompute,
-                offload: leanest_envelope(&group).offload,
-            };
-            let fast = probe.probe(&fastest);
-            let lean = probe.probe_with(&leanest, false, false);
-            for &k in members {
-                if options[k] == fastest {
-                    probes[k] = Some(fast.clone());
-                }
-            }
-            let bound = fast.step_lower(
-                &probe.shape,
-                &lean.largest_fits,
-                lean.minimum_fits,
-                spec.model.layers,
-                lmin,
-            );
-            if bound.is_none_or(|b| b > threshold + threshold.abs() * 1e-9) {
-                continue;
-            }
-        }
-        for &k in members {
-            if probes[k].is_none() {
-                probes[k] = Some(probe.probe(&options[k]));
-            }
-        }
-    }
-    let probes: Vec<OptionProbe> = probes
-        .into_iter()
-        .map(|p| p.unwrap_or_else(OptionProbe::skipped))
-        .collect();
-    let lower = probes.iter().filter_map(|p| p.lower).min_by(f64::total_cmp);
+    let probes: Vec<OptionProbe> = options.iter().map(|option| probe.probe(option)).collect();
+    let mixed = OptionProbe::mixed(&probes, &probe.shape, spec.model.layers, lmin);
     let upper = probes
         .iter()
         .filter_map(|p| p.even_step)
@@ -129,7 +85,8 @@ fn refine(spec: &Spec, model: &dyn StageCostModel, outer: OuterConfig, threshold
         outer,
         options,
         probes,
-        lower,
+        lower: mixed.lower,
+        mixed,
         upper,
         evaluations: probe.evaluations,
     }
@@ -147,7 +104,8 @@ fn total_order(a: &Solved, b: &Solved) -> std::cmp::Ordering {
         .then_with(|| a.outer.cmp(&b.outer))
 }
 
-/// The best even split of a refined configuration.
+/// The best even split of a refined configuration with one option on every stage (the optimum
+/// when there is one stage).
 fn even_solution(refined: &Refined, spec: &Spec) -> Option<Solved> {
     let even = crate::layers::even_split(
         spec.model.layers,
@@ -162,7 +120,7 @@ fn even_solution(refined: &Refined, spec: &Spec) -> Option<Solved> {
             probe.even_step.map(|step| Solved {
                 step_time_s: step,
                 outer: refined.outer,
-                option: *option,
+                options: vec![*option; even.len()],
                 stages: even.clone(),
                 costs: probe.even.clone(),
                 status: SolverStatus::Enumerated,
@@ -187,14 +145,14 @@ fn solve_inner(
     }
     let mut probe = OuterProbe::new(spec, model, refined.outer);
     let tolerance = |cutoff: f64| cutoff.abs() * 1e-9;
-    let alive = |cutoff: f64, k: usize| {
-        refined.probes[k]
-            .lower
-            .is_some_and(|lower| lower <= cutoff + tolerance(cutoff))
-    };
+    // The best split with one option everywhere seeds the solver and tightens the cutoff; only
+    // options whose own bound can beat the cutoff are worth the local search.
     let mut incumbent: Option<(usize, Split)> = None;
     for (k, option) in refined.options.iter().enumerate() {
-        if !alive(cutoff, k) {
+        let alive = refined.probes[k]
+            .lower
+            .is_some_and(|lower| lower <= cutoff + tolerance(cutoff));
+        if !alive {
             continue;
         }
         if let Some(split) = improve_even_split(&mut probe, option, &refined.probes[k].even) {
@@ -209,39 +167,29 @@ fn solve_inner(
     let cutoff = incumbent
         .as_ref()
         .map_or(cutoff, |(_, split)| split.step.min(cutoff));
-    let frontiers: Vec<OptionFrontier> = refined
-        .options
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| alive(cutoff, *k))
-        .filter_map(|(k, option)| {
-            option_frontier(&mut probe, k, option, &refined.probes[k], cutoff)
-        })
-        .collect();
-    let frontiers = drop_dominated(frontiers);
-    if frontiers.is_empty() {
+    let mut points = vec![Vec::new(); refined.outer.pp as usize];
+    for (k, option) in refined.options.iter().enumerate() {
+        add_option_points(&mut probe, k, option, &refined.mixed, cutoff, &mut points);
+    }
+    let Some(problem) = inner_problem(probe.shape, spec.model.layers, points) else {
         return InnerOutcome {
             solved: None,
             evaluations: probe.evaluations,
             milp: false,
         };
-    }
-    let problem = InnerProblem {
-        shape: probe.shape,
-        layers: spec.model.layers,
-        options: frontiers,
     };
     let seed = incumbent.as_ref().and_then(|(k, split)| {
-        let option = problem.options.iter().position(|f| f.option == *k)?;
-        Some(Incumbent {
-            option,
-            layers: split.layers.clone(),
-        })
+        let points = problem
+            .stages
+            .iter()
+            .zip(&split.layers)
+            .map(|(points, &layers)| seed_point(points, layers, *k))
+            .collect::<Option<Vec<usize>>>()?;
+        Some(Incumbent { points })
     });
     let solved = match milp::solve(&problem, settings, seed.as_ref()) {
         Ok(solution) => {
-            let frontier = &problem.options[solution.option];
-            let points: Vec<_> = frontier
+            let points: Vec<StagePoint> = problem
                 .stages
                 .iter()
                 .zip(&solution.points)
@@ -251,7 +199,7 @@ fn solve_inner(
             Some(Solved {
                 step_time_s: problem.shape.step_time(&costs),
                 outer: refined.outer,
-                option: refined.options[frontier.option],
+                options: points.iter().map(|p| refined.options[p.option]).collect(),
                 stages: points.iter().map(|p| p.layers).collect(),
                 costs,
                 status: solution.status,
@@ -268,6 +216,26 @@ fn solve_inner(
         evaluations: probe.evaluations,
         milp: true,
     }
+}
+
+/// The point of a stage that stands in for the incumbent's `layers` under option `option`: that
+/// point, or the one that beat it on the per-stage frontier.
+fn seed_point(points: &[StagePoint], layers: u64, option: usize) -> Option<usize> {
+    let same_layers = || {
+        points
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.layers == layers)
+    };
+    same_layers()
+        .find(|(_, p)| p.option == option)
+        .or_else(|| {
+            same_layers().min_by(|(_, a), (_, b)| {
+                (a.cost.microbatch_s + a.cost.tail_s)
+                    .total_cmp(&(b.cost.microbatch_s + b.cost.tail_s))
+            })
+        })
+        .map(|(index, _)| index)
 }
 
 /// The `keep`-th smallest value, or infinity when there are fewer.
@@ -332,7 +300,7 @@ pub fn search(
         }
         let refined: Vec<Refined> = candidates[next..end]
             .par_iter()
-            .map(|(_, outer)| refine(spec, model, *outer, bound))
+            .map(|(_, outer)| refine(spec, model, *outer))
             .collect();
         next = end;
         stats.evaluated += refined.len() as u64;

@@ -121,6 +121,29 @@ impl StageOption {
     }
 }
 
+/// One label when every stage agrees, else the stages in order with runs counted:
+/// `[full ×4, none ×2]`.
+pub fn per_stage_label(labels: &[String]) -> String {
+    let mut runs: Vec<(&String, usize)> = Vec::new();
+    for label in labels {
+        match runs.last_mut() {
+            Some((last, count)) if *last == label => *count += 1,
+            _ => runs.push((label, 1)),
+        }
+    }
+    if runs.len() <= 1 {
+        return labels.first().cloned().unwrap_or_default();
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(label, count)| match count {
+            1 => label.clone(),
+            _ => format!("{label} ×{count}"),
+        })
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
 pub fn recompute_label(recompute: Recompute) -> String {
     match recompute {
         Recompute::None => "none".to_string(),
@@ -427,6 +450,16 @@ pub fn stage_options(spec: &Spec, outer: &OuterConfig) -> Vec<StageOption> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_stage_labels_group_runs() {
+        let labels = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(per_stage_label(&labels(&["full", "full"])), "full");
+        assert_eq!(
+            per_stage_label(&labels(&["full", "full", "none", "selective"])),
+            "[full ×2, none, selective]"
+        );
+    }
 
     #[test]
     fn divisors_in_order() {

@@ -1,5 +1,5 @@
 //! The search's optimum equals brute force over the same space on many small generated
-//! instances: every outer configuration, every stage option, every split of the layers.
+//! instances: every outer configuration, every split of the layers, every option on every stage.
 
 mod common;
 
@@ -97,7 +97,25 @@ fn splits(layers: u64, stages: u64, least: u64) -> Vec<Vec<u64>> {
     all
 }
 
-/// The best step time of each outer configuration, by brute force.
+/// The points of one stage no other option beats on both time and tail: any split is at least
+/// as good with one of them, so enumerating their combinations is exhaustive.
+fn pareto(mut points: Vec<StageCost>) -> Vec<StageCost> {
+    points.sort_by(|a, b| {
+        a.microbatch_s
+            .total_cmp(&b.microbatch_s)
+            .then(a.tail_s.total_cmp(&b.tail_s))
+    });
+    let mut kept: Vec<StageCost> = Vec::new();
+    for p in points {
+        if kept.iter().all(|q| q.tail_s > p.tail_s) {
+            kept.push(p);
+        }
+    }
+    kept
+}
+
+/// The best step time of each outer configuration, by brute force: every split of the layers,
+/// and every stage taking any option on its own.
 fn brute_force(spec: &Spec, model: &SyntheticModel) -> Vec<(f64, OuterConfig)> {
     let (configs, _) = outer_configs(spec);
     let capacity = model.memory_capacity();
@@ -108,23 +126,50 @@ fn brute_force(spec: &Spec, model: &SyntheticModel) -> Vec<(f64, OuterConfig)> {
         } else {
             outer.interleave
         };
-        let candidates = splits(spec.model.layers, outer.pp, least);
+        let options = stage_options(spec, &outer);
+        let strategy = outer.strategy("brute", Recompute::None, Offload::default(), None);
+        let shape = model.pipeline_shape(&strategy);
         let mut outer_best = f64::INFINITY;
-        for option in stage_options(spec, &outer) {
-            let strategy = outer.strategy("brute", option.recompute, option.offload, None);
-            let shape = model.pipeline_shape(&strategy);
-            let cost = |stage: u64, layers: u64| -> StageCost {
-                model.stage_cost(&strategy, stage, layers, option.recompute, option.offload)
-            };
-            for split in &candidates {
-                let costs: Vec<StageCost> = split
-                    .iter()
-                    .enumerate()
-                    .map(|(stage, &layers)| cost(stage as u64, layers))
-                    .collect();
-                if costs.iter().all(|c| c.memory.total() <= capacity) {
-                    outer_best = outer_best.min(shape.step_time(&costs));
+        for split in splits(spec.model.layers, outer.pp, least) {
+            let per_stage: Vec<Vec<StageCost>> = split
+                .iter()
+                .enumerate()
+                .map(|(stage, &layers)| {
+                    let fitting = options
+                        .iter()
+                        .map(|o| {
+                            model.stage_cost(
+                                &strategy,
+                                stage as u64,
+                                layers,
+                                o.recompute,
+                                o.offload,
+                            )
+                        })
+                        .filter(|c| c.memory.total() <= capacity)
+                        .collect();
+                    pareto(fitting)
+                })
+                .collect();
+            let mut choice = vec![0; per_stage.len()];
+            'combinations: loop {
+                if per_stage.iter().any(Vec::is_empty) {
+                    break;
                 }
+                let costs: Vec<StageCost> = choice
+                    .iter()
+                    .zip(&per_stage)
+                    .map(|(&i, points)| points[i])
+                    .collect();
+                outer_best = outer_best.min(shape.step_time(&costs));
+                for stage in 0..choice.len() {
+                    choice[stage] += 1;
+                    if choice[stage] < per_stage[stage].len() {
+                        continue 'combinations;
+                    }
+                    choice[stage] = 0;
+                }
+                break;
             }
         }
         if outer_best.is_finite() {
@@ -145,6 +190,7 @@ fn search_matches_brute_force_on_generated_instances() {
     let mut infeasible = 0;
     let mut memory_shaped = 0;
     let mut uneven = 0;
+    let mut mixed = 0;
     for seed in 0..60 {
         let spec = instance(seed);
         let model = SyntheticModel::new(spec.clone());
@@ -178,9 +224,20 @@ fn search_matches_brute_force_on_generated_instances() {
                     );
                 }
                 assert_eq!(plan.runners_up.len(), (expected.len() - 1).min(2));
-                let stage = &plan.stages[0];
-                if stage.recompute != Recompute::None || !stage.offload.is_none() {
+                if plan
+                    .stages
+                    .iter()
+                    .any(|s| s.recompute != Recompute::None || !s.offload.is_none())
+                {
                     memory_shaped += 1;
+                }
+                let first = &plan.stages[0];
+                if plan
+                    .stages
+                    .iter()
+                    .any(|s| s.recompute != first.recompute || s.offload != first.offload)
+                {
+                    mixed += 1;
                 }
                 let layers: Vec<u64> = plan.stages.iter().map(|s| s.layers).collect();
                 let even = tessel_planner::even_split(
@@ -211,4 +268,8 @@ fn search_matches_brute_force_on_generated_instances() {
         "only {memory_shaped} plans needed recompute or offload"
     );
     assert!(uneven >= 3, "only {uneven} plans split the layers unevenly");
+    assert!(
+        mixed >= 3,
+        "only {mixed} plans chose different options per stage"
+    );
 }

@@ -102,8 +102,8 @@ impl ExecutionPlan {
             zero: strategy.zero,
             sequence_parallel: strategy.sequence_parallel,
             chunk_layers,
-            recompute: vec![strategy.recompute; strategy.pp as usize],
-            offload: vec![strategy.offload; strategy.pp as usize],
+            recompute: (0..strategy.pp).map(|s| strategy.recompute_of(s)).collect(),
+            offload: (0..strategy.pp).map(|s| strategy.offload_of(s)).collect(),
             seed: 0,
         };
         plan.validate(model)?;

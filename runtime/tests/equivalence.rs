@@ -405,6 +405,13 @@ fn recompute_is_bit_identical() {
     ] {
         assert_bit_identical(&m, plain.clone(), plain.clone().recompute(r));
     }
+    // Each pipeline stage its own recompute, as the planner chooses them.
+    let mut per_stage = plain.clone();
+    per_stage.0.set_stage_options(
+        vec![Recompute::Full, Recompute::Selective],
+        vec![Offload::default(); 2],
+    );
+    assert_bit_identical(&m, plain.clone(), per_stage);
     let g = gelu_layernorm();
     assert_bit_identical(
         &g,

@@ -225,15 +225,6 @@ fn cluster_summary(out: &mut String, c: &ClusterSpec, precision: Precision) {
     );
 }
 
-fn recompute_name(r: &Recompute) -> String {
-    match r {
-        Recompute::None => "none".into(),
-        Recompute::Selective => "selective".into(),
-        Recompute::Full => "full".into(),
-        Recompute::Partial { full_layers } => format!("{{ full_layers = {full_layers} }}"),
-    }
-}
-
 fn offload_name(o: &Offload) -> String {
     if o.is_none() {
         return "none".into();
@@ -273,15 +264,26 @@ fn strategy_summary(out: &mut String, s: &Strategy, global_batch: u64) {
         "  {:<16}interleave {}, stages {stages}",
         "pipeline", s.interleave
     );
+    let recompute = per_stage(&s.recompute, &s.stage_recompute, Recompute::to_string);
+    let offload = per_stage(&s.offload, &s.stage_offload, offload_name);
     let _ = writeln!(
         out,
-        "  {:<16}recompute {}, sequence parallel {}, ZeRO {}, offload {}",
+        "  {:<16}recompute {recompute}, sequence parallel {}, ZeRO {}, offload {offload}",
         "memory",
-        recompute_name(&s.recompute),
         if s.sequence_parallel { "on" } else { "off" },
         s.zero,
-        offload_name(&s.offload)
     );
+}
+
+/// One value for every stage, or the list of each stage's as the spec writes it.
+fn per_stage<T>(all: &T, stages: &Option<Vec<T>>, show: impl Fn(&T) -> String) -> String {
+    match stages {
+        None => show(all),
+        Some(stages) => {
+            let each: Vec<String> = stages.iter().map(show).collect();
+            format!("[{}]", each.join(", "))
+        }
+    }
 }
 
 fn choice<T>(c: &Choice<T>, show: impl Fn(&T) -> String) -> String {
@@ -305,7 +307,7 @@ fn search_summary(out: &mut String, s: &SearchSpace) {
         ("ep", choice(&s.ep, n)),
         ("microbatch", choice(&s.microbatch, n)),
         ("interleave", choice(&s.interleave, n)),
-        ("recompute", choice(&s.recompute, recompute_name)),
+        ("recompute", choice(&s.recompute, Recompute::to_string)),
         (
             "sequence_parallel",
             choice(&s.sequence_parallel, bool::to_string),

@@ -16,7 +16,7 @@ mod torchtitan;
 use std::fmt;
 use std::str::FromStr;
 
-use tessel_grammar::{Spec, Strategy};
+use tessel_grammar::{Recompute, Spec, Strategy};
 
 /// The frameworks `tessel export` writes for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -167,6 +167,20 @@ impl Report {
                 "zero = {}: ZeRO stages are 0 to 3; exported as stage 3",
                 strategy.zero
             ));
+        }
+        if let Some(stages) = &strategy.stage_recompute {
+            let each: Vec<String> = stages.iter().map(Recompute::to_string).collect();
+            self.unsupported(format!(
+                "recompute differs by pipeline stage ({}): one choice applies to every stage; \
+                 written as stage 0's, which holds the most micro-batches in flight",
+                each.join(", ")
+            ));
+        }
+        if strategy.stage_offload.is_some() {
+            self.unsupported(
+                "offload differs by pipeline stage: one setting applies to every stage; written \
+                 as stage 0's",
+            );
         }
         if strategy.ep > 1 && spec.model.moe.is_none() {
             self.unsupported(format!(

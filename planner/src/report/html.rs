@@ -13,6 +13,7 @@ use super::svg::{
 };
 use super::timeline::predicted_timeline;
 use crate::plan::{Plan, PlanConfig, RunnerUp};
+use crate::space::per_stage_label;
 
 const STYLE: &str = r#"
 :root { color-scheme: light; }
@@ -347,8 +348,13 @@ fn runner_up_summary(r: &RunnerUp) -> String {
     format!(
         "{} · recompute {} · offload {} · layers {}",
         config_summary(&r.config),
-        recompute(&r.recompute),
-        offload(&r.offload),
+        per_stage_label(
+            &r.stage_recomputes()
+                .iter()
+                .map(recompute)
+                .collect::<Vec<_>>()
+        ),
+        per_stage_label(&r.stage_offloads().iter().map(offload).collect::<Vec<_>>()),
         layers.join("/")
     )
 }

@@ -330,7 +330,15 @@ impl StageCostModel for SyntheticModel {
         let costs: Vec<StageCost> = stages
             .iter()
             .enumerate()
-            .map(|(i, &l)| self.stage_cost(s, i as u64, l, s.recompute, s.offload))
+            .map(|(i, &l)| {
+                self.stage_cost(
+                    s,
+                    i as u64,
+                    l,
+                    s.recompute_of(i as u64),
+                    s.offload_of(i as u64),
+                )
+            })
             .collect();
         let shape = self.pipeline_shape(s);
         let step = shape.step_time(&costs);
@@ -345,8 +353,18 @@ impl StageCostModel for SyntheticModel {
             .enumerate()
             .max_by(|a, b| a.1.tail_s.total_cmp(&b.1.tail_s))
             .map_or(0, |(i, _)| i);
-        let critical = self.times(s, slowest as u64, stages[slowest], s.recompute);
-        let tail = self.tail(s, longest_tail as u64, stages[longest_tail], s.offload);
+        let critical = self.times(
+            s,
+            slowest as u64,
+            stages[slowest],
+            s.recompute_of(slowest as u64),
+        );
+        let tail = self.tail(
+            s,
+            longest_tail as u64,
+            stages[longest_tail],
+            s.offload_of(longest_tail as u64),
+        );
         let mf = m as f64;
         let steady = mf * critical.total();
         let time = TimeBreakdown {
