@@ -74,7 +74,7 @@ const MARKDOWN: &str = r#"### Plan: small on h100_8 (8 GPUs)
 "#;
 
 const EXPLAIN: &str = r#"compute binds: every stage has memory to spare (the fullest, stage 0, uses 4.6 of 76.0 GiB, 6%).
-  the strategy uses recompute selective and offload none anyway (1.3 ms recompute, 0.0 ms offload per step).
+  the strategy uses recompute selective, offload none anyway (1.3 ms recompute, 0.0 ms offload per step).
 step time 0.067 s on the critical path:
   compute                                49.2 ms   73.4%
   recompute                               1.3 ms    1.9%
