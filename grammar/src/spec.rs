@@ -188,6 +188,14 @@ pub struct TrainSpec {
     pub precision: Precision,
     pub optimizer: Optimizer,
     pub flash_attention: bool,
+    /// Hidden and attention dropout probability; 0 (the default, as in Llama-style training)
+    /// keeps no dropout masks. Megatron-LM's GPT default is 0.1.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dropout: f64,
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
 }
 
 /// Activation recomputation.

@@ -176,8 +176,8 @@ impl<'a> OuterProbe<'a> {
 }
 
 impl OptionProbe {
-    /// An option left out because its group's bound cannot reach the top: no bound, no split.
-    pub fn skipped() -> OptionProbe {
+    /// No stage evaluated: no bound, no split.
+    fn empty() -> OptionProbe {
         OptionProbe {
             even: Vec::new(),
             even_step: None,
@@ -208,7 +208,7 @@ impl OptionProbe {
         let largest = probes.first().map_or(0, |p| p.largest);
         let lmax = layers.saturating_sub(stages.saturating_sub(1) as u64 * lmin);
         let least = |values: &mut dyn Iterator<Item = f64>| values.min_by(f64::total_cmp);
-        let mut result = OptionProbe::skipped();
+        let mut result = OptionProbe::empty();
         for s in 0..stages {
             let fitting = least(
                 &mut probes

@@ -62,9 +62,8 @@ struct Refined {
     options: Vec<StageOption>,
     /// Per option, its bounds and even split when every stage takes it.
     probes: Vec<OptionProbe>,
-    /// Bounds when every stage takes its own option.
+    /// Bounds when every stage takes its own option; its `lower` is the configuration's.
     mixed: OptionProbe,
-    lower: Option<f64>,
     upper: Option<f64>,
     evaluations: u64,
 }
@@ -85,7 +84,6 @@ fn refine(spec: &Spec, model: &dyn StageCostModel, outer: OuterConfig) -> Refine
         outer,
         options,
         probes,
-        lower: mixed.lower,
         mixed,
         upper,
         evaluations: probe.evaluations,
@@ -314,7 +312,7 @@ pub fn search(
         let outcomes: Vec<Option<InnerOutcome>> = refined
             .par_iter()
             .map(|r| {
-                let lower = r.lower?;
+                let lower = r.mixed.lower?;
                 if lower > bound {
                     return None;
                 }
@@ -324,7 +322,7 @@ pub fn search(
             .collect();
         for (r, outcome) in refined.iter().zip(outcomes) {
             let Some(outcome) = outcome else {
-                if r.lower.is_none() {
+                if r.mixed.lower.is_none() {
                     stats.pruned_memory += 1;
                 } else {
                     stats.pruned_bound += 1;

@@ -69,6 +69,7 @@ fn spec() -> Spec {
             precision: Precision::Bf16,
             optimizer: Optimizer::Adam,
             flash_attention: true,
+            dropout: 0.0,
         },
         strategies: vec![],
         search: SearchSpace::default(),

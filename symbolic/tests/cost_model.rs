@@ -74,6 +74,8 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             precision: Precision::Bf16,
             optimizer: tessel_grammar::Optimizer::Adam,
             flash_attention: false,
+            // Korthikanti et al.'s activation formulas count the dropout masks.
+            dropout: 0.1,
         },
         strategies: vec![],
         search: SearchSpace::default(),
@@ -157,6 +159,78 @@ fn flash_attention_removes_the_quadratic_term() {
     let bytes = layer_activation_bytes(&spec, &strategy(64, 1, 1, 1));
     // 34·sbh plus the fp32 log-sum-exp per row and head (4·a·s·b bytes).
     assert!(close(bytes, s * h * 34.0 + 4.0 * a * s, 1e-12));
+}
+
+#[test]
+fn dropout_keeps_two_masks_and_the_score_dropout() {
+    let (s, h, a) = (2048.0, 12288.0, 96.0);
+    let mut without = spec(gpt(96, 12288, 96), 8, 64);
+    without.train.dropout = 0.0;
+    let strategy = strategy(64, 1, 1, 1);
+    // Korthikanti's 34 less the two 1-byte masks; scores: softmax output only (2 of 5).
+    let bytes = layer_activation_bytes(&without, &strategy);
+    assert!(close(bytes, s * h * (32.0 + 2.0 * a * s / h), 1e-12));
+    without.train.flash_attention = true;
+    let with_flash = layer_activation_bytes(&without, &strategy);
+    assert!(close(with_flash, s * h * 32.0 + 4.0 * a * s, 1e-12));
+}
+
+#[test]
+fn key_value_heads_are_replicated_past_tensor_parallelism() {
+    let mut model = gpt(4, 4096, 32);
+    model.kv_heads = 2;
+    model.bias = false;
+    let (h, q, kv) = (4096.0, 4096.0, 2.0 * 128.0);
+    let spec = spec(model, 1, 64);
+    let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+    let layer_weights = |tp: u64| {
+        let s = strategy(8 / tp, tp, 1, 1);
+        let one = cost.stage_cost(&s, 1, 1, Recompute::None, Offload::default());
+        let two = cost.stage_cost(&s, 1, 2, Recompute::None, Offload::default());
+        (two.memory.weights - one.memory.weights) / 2.0
+    };
+    // Query/output and the MLP split over tp; the two key/value heads over at most two ranks.
+    let expected = |t: f64, kv_ranks: f64| {
+        2.0 * h * q / t + 2.0 * h * kv / kv_ranks + 2.0 * h * 4.0 * h / t + 2.0 * 2.0 * h
+    };
+    assert!(close(layer_weights(2), expected(2.0, 2.0), 1e-12));
+    assert!(close(layer_weights(8), expected(8.0, 2.0), 1e-12));
+}
+
+#[test]
+fn expert_states_shard_over_the_expert_data_parallel_group() {
+    let mut model = gpt(2, 1024, 8);
+    model.bias = false;
+    model.tie_embeddings = false;
+    model.moe = Some(tessel_grammar::MoeSpec {
+        experts: 8,
+        top_k: 2,
+        every: 1,
+        expert_ffn_hidden: 4096,
+        shared_experts: 0,
+        capacity_factor: 1.0,
+        first_dense: 0,
+    });
+    let spec = spec(model, 1, 64);
+    let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+    let optimizer = |ep: u64| {
+        let mut s = strategy(8, 1, 2, 1);
+        s.pp = 1;
+        s.ep = ep;
+        s.zero = 1;
+        let one = cost.stage_cost(&s, 1, 1, Recompute::None, Offload::default());
+        let two = cost.stage_cost(&s, 1, 2, Recompute::None, Offload::default());
+        two.memory.optimizer - one.memory.optimizer
+    };
+    let experts = 8.0 * 2.0 * 1024.0 * 4096.0;
+    let dense = 4.0 * 1024.0 * 1024.0 + 2.0 * 2.0 * 1024.0 + 8.0 * 1024.0;
+    // 12 bytes per parameter: dense over the 8 data-parallel ranks, each expert over the
+    // 8/ep ranks that hold it.
+    for ep in [1, 2, 8] {
+        let per_gpu = experts / ep as f64;
+        let expected = 12.0 * (dense / 8.0 + per_gpu / (8.0 / ep as f64));
+        assert!(close(optimizer(ep), expected, 1e-9), "ep {ep}");
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@ pub const FIELDS: &[&str] = &[
     "precision",
     "optimizer",
     "flash_attention",
+    "dropout",
 ];
 
 /// Far beyond any training run; keeps token counts exact.
@@ -54,6 +55,14 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let precision = f.choice("precision", PRECISIONS).unwrap_or(Precision::Bf16);
     let optimizer = f.choice("optimizer", OPTIMIZERS).unwrap_or(Optimizer::Adam);
     let flash_attention = f.boolean("flash_attention").unwrap_or(true);
+    let dropout = f.fraction("dropout").unwrap_or(0.0);
+    if dropout >= 1.0 {
+        let at = f.get("dropout").map_or(f.anchor, |v| v.span);
+        f.problems.push(
+            Problem::new(at, "`dropout` is a probability below 1, found 1")
+                .with_help("Megatron-LM's GPT default is `dropout = 0.1`; 0 disables it"),
+        );
+    }
     if let (Some(s), Some(b)) = (seq_len, global_batch) {
         if s as f64 * b as f64 > MAX_TOKENS_PER_STEP {
             let at = f.get("global_batch").map_or(f.anchor, |v| v.span);
@@ -77,6 +86,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 precision,
                 optimizer,
                 flash_attention,
+                dropout,
             })
     };
     TrainDef {

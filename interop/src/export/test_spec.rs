@@ -55,6 +55,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             precision: Precision::Bf16,
             optimizer: Optimizer::Adam,
             flash_attention: true,
+            dropout: 0.0,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -123,6 +123,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             precision: Precision::Bf16,
             optimizer: Optimizer::Adam,
             flash_attention: true,
+            dropout: 0.0,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -80,7 +80,7 @@ impl KernelEfficiency {
                 matmul: 0.7725,
                 matmul_half_dim: 102.37,
                 fp8_matmul: 0.6,
-                attention: 0.2886,
+                attention: 0.2767,
                 memory: 0.6586,
             },
             GpuGeneration::Ada => KernelEfficiency {
@@ -91,7 +91,7 @@ impl KernelEfficiency {
                 memory: 0.70,
             },
             GpuGeneration::Hopper => KernelEfficiency {
-                matmul: 0.6283,
+                matmul: 0.6100,
                 matmul_half_dim: 123.24,
                 fp8_matmul: 0.85,
                 attention: 0.1820,
@@ -157,18 +157,18 @@ impl Default for Calibration {
     fn default() -> Self {
         Calibration {
             intra_node_comm_efficiency: 0.824,
-            inter_node_comm_efficiency: 0.7735,
+            inter_node_comm_efficiency: 0.7833,
             tp_overlap: 0.0,
             dp_overlap: 0.0,
-            zero3_overlap: 0.6784,
+            zero3_overlap: 0.679,
             pp_exposed: 0.0,
             ep_overlap: 0.0,
             layer_overhead_s: 59.62e-6,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
-            cuda_context_bytes: 1.442e9,
-            comm_buffer_bytes: 1.442e9,
-            fragmentation: 0.103,
+            cuda_context_bytes: 0.595e9,
+            comm_buffer_bytes: 1.102e9,
+            fragmentation: 0.14,
             logits_bytes_per_element: 6.0,
         }
     }

@@ -22,11 +22,7 @@ pub(crate) fn tp_layer_one_way(ctx: &Ctx) -> Expr {
 /// Seconds of the context-parallel ring of one layer's forward: each GPU passes its keys and
 /// values on `c − 1` times. Backward passes keys, values and their gradients: twice that.
 pub(crate) fn cp_layer_forward(ctx: &Ctx) -> Expr {
-    let kv_bytes = ctx.tokens() * (2.0 * ctx.kv_dim * ctx.bytes.activation)
-        / Expr::max([
-            Expr::min([ctx.t.clone(), k((ctx.kv_dim / ctx.head_dim).max(1.0))]),
-            k(1.0),
-        ]);
+    let kv_bytes = ctx.tokens() * (2.0 * ctx.kv_dim * ctx.bytes.activation) / ctx.kv_split();
     let span = ctx.t.clone() * ctx.c.clone();
     (ctx.c.clone() - 1.0) * ctx.p2p(kv_bytes, span)
 }

@@ -49,11 +49,13 @@ const FLASH_BACKWARD_RATIO: f64 = 2.5;
 /// Causal masking halves the attention work when the kernel skips masked blocks.
 const CAUSAL_FRACTION: f64 = 0.5;
 /// HBM bytes per attention-score element of the unfused path (fp16/bf16): forward the fused
-/// scale-mask-softmax reads and writes 2 + 2, dropout reads 2, writes 2 and a 1-byte mask;
-/// backward dropout reads the gradient and mask and writes 2 + 1 + 2, softmax reads the
-/// gradient and the probabilities and writes 2 + 2 + 2.
-const SCORE_BYTES_FWD: f64 = 9.0;
-const SCORE_BYTES_BWD: f64 = 11.0;
+/// scale-mask-softmax reads and writes 2 + 2, backward softmax reads the gradient and the
+/// probabilities and writes 2 + 2 + 2. Dropout adds, forward, a read of 2 and writes of 2 and
+/// a 1-byte mask, backward a read of the gradient and mask and a write, 2 + 1 + 2.
+const SCORE_BYTES_FWD: f64 = 4.0;
+const SCORE_BYTES_BWD: f64 = 6.0;
+const SCORE_DROPOUT_BYTES_FWD: f64 = 5.0;
+const SCORE_DROPOUT_BYTES_BWD: f64 = 5.0;
 
 pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let t = ctx.t.clone();
@@ -62,10 +64,11 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let act = ctx.bytes.activation / 2.0;
     let rep = ctx.replicated_divisor();
 
-    let qkv_width = ctx.q_dim + 2.0 * ctx.kv_dim;
+    // Key/value heads replicated past `kv_split` are projected on every rank that holds them.
+    let qkv_width = k(ctx.q_dim) / t.clone() + k(2.0 * ctx.kv_dim) / ctx.kv_split();
     let qkv = ctx.gemm(
-        k(2.0 * h * qkv_width) * tokens.clone() / t.clone(),
-        vec![tokens.clone(), k(h), k(qkv_width) / t.clone()],
+        k(2.0 * h) * qkv_width.clone() * tokens.clone(),
+        vec![tokens.clone(), k(h), qkv_width],
     );
     let proj = ctx.gemm(
         k(2.0 * h * ctx.q_dim) * tokens.clone() / t.clone(),
@@ -81,8 +84,11 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         let flops = k(4.0 * ctx.seq * ctx.q_dim) * tokens.clone() / t.clone();
         let bmm = ctx.gemm(flops, vec![ctx.local_seq(), k(ctx.head_dim), k(ctx.seq)]);
         let scores = k(ctx.heads * ctx.seq) * tokens.clone() / t.clone();
-        let fwd = bmm.clone() + ctx.memory_bound(scores.clone() * (SCORE_BYTES_FWD * act));
-        let bwd = k(2.0) * bmm + ctx.memory_bound(scores * (SCORE_BYTES_BWD * act));
+        let dropout = ctx.dropout;
+        let fwd_bytes = SCORE_BYTES_FWD + dropout * SCORE_DROPOUT_BYTES_FWD;
+        let bwd_bytes = SCORE_BYTES_BWD + dropout * SCORE_DROPOUT_BYTES_BWD;
+        let fwd = bmm.clone() + ctx.memory_bound(scores.clone() * (fwd_bytes * act));
+        let bwd = k(2.0) * bmm + ctx.memory_bound(scores * (bwd_bytes * act));
         (fwd, bwd)
     };
 
@@ -111,21 +117,23 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     };
 
     // Elementwise HBM bytes per token (2-byte elements). Forward: two norms (read + write
-    // 2h each), two fused bias-dropout-add (read 2h + 2h, write 2h, mask h), activation
-    // (gelu: read + write the ffn width; swiglu: read two, write one). Backward: norms 6h
-    // each, dropout-add 5h + residual-gradient add 4h each, activation gelu 6·ffn, swiglu
-    // 10·ffn.
+    // 2h each), two fused bias-residual adds (read 2h + 2h, write 2h; with dropout also a
+    // mask h), activation (gelu: read + write the ffn width; swiglu: read two, write one).
+    // Backward: norms 6h each, residual-gradient add 4h each and with dropout its backward
+    // 5h each, activation gelu 6·ffn, swiglu 10·ffn.
     let (act_fwd, act_bwd) = if ctx.mlp_matrices > 2.0 {
         (6.0, 10.0)
     } else {
         (4.0, 6.0)
     };
-    let replicated_fwd = k(22.0 * h * act) * tokens.clone() / rep.clone();
-    let replicated_bwd = k(30.0 * h * act) * tokens.clone() / rep.clone();
+    let replicated_fwd = k((20.0 + 2.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
+    let replicated_bwd = k((20.0 + 10.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
     let sharded_fwd = k(act_fwd * mlp_width_fwd * act) * tokens.clone() / t.clone();
     let sharded_bwd = k(act_bwd * mlp_width_bwd * act) * tokens.clone() / t.clone();
     let rotary = if ctx.rope {
-        k(4.0 * (ctx.q_dim + ctx.kv_dim) * act) * tokens.clone() / t.clone()
+        k(4.0 * act)
+            * tokens.clone()
+            * (k(ctx.q_dim) / t.clone() + k(ctx.kv_dim) / ctx.kv_split())
     } else {
         k(0.0)
     };

@@ -96,6 +96,8 @@ pub(crate) struct Ctx {
     pub norm_params: f64,
     pub position_params: f64,
     pub flash: bool,
+    /// 1 when the model trains with dropout (its masks are kept and written), else 0.
+    pub dropout: f64,
     pub fp8: bool,
     pub moe: Option<MoeNumbers>,
     pub bytes: StateBytes,
@@ -216,6 +218,7 @@ impl Ctx {
                 PositionKind::Learned => (model.max_seq_len.unwrap_or(0) * model.hidden) as f64,
             },
             flash: train.flash_attention,
+            dropout: if train.dropout > 0.0 { 1.0 } else { 0.0 },
             fp8: train.precision == Precision::Fp8,
             moe,
             bytes,
@@ -272,6 +275,13 @@ impl Ctx {
     /// replicated over the tp group unless sequence parallelism shards it (`1 + sp·(t − 1)`).
     pub fn replicated_divisor(&self) -> Expr {
         k(1.0) + self.sp.clone() * (self.t.clone() - 1.0)
+    }
+
+    /// Ranks the key/value heads are split over: `min(t, kv_heads)`. With more tensor-parallel
+    /// ranks than key/value heads each head is replicated (Megatron-LM's GQA), so its weights,
+    /// projections and activations are divided by fewer than `t`.
+    pub fn kv_split(&self) -> Expr {
+        Expr::min([self.t.clone(), k((self.kv_dim / self.head_dim).max(1.0))])
     }
 
     /// 1 for the first pipeline device.

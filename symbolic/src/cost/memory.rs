@@ -6,28 +6,31 @@
 //! bytes for bf16 + Adam, 16 for fp16 + Adam. ZeRO-1 shards master and moments over dp·cp
 //! (Megatron's distributed optimizer shards over both), ZeRO-2 also the gradients, ZeRO-3
 //! keeps only the fp32 shard as the weights (FSDP style: 4 + 4 + 8 = 16 bytes / dp·cp) plus
-//! two gathered layers and one layer's unsharded gradients as buffers.
+//! two gathered layers and one layer's unsharded gradients as buffers. Routed experts' states
+//! shard over the expert-data-parallel group, `dp·cp/ep` ranks, instead.
 //!
 //! Activations per layer and micro-batch follow Korthikanti et al. (arXiv 2205.05198 §4),
 //! generalised mechanistically: with `s' = s/c` positions per GPU, `sbh` = s'·b·h elements,
 //! - outside tensor-parallel regions (divided by t only with sequence parallelism): two norm
-//!   inputs 4sbh, QKV input 2sbh, MLP input 2sbh, two dropout masks 2sbh = 10sbh;
+//!   inputs 4sbh, QKV input 2sbh, MLP input 2sbh, and with dropout two masks 2sbh = 10sbh;
 //! - attention inside tp: Q and K 2s'b(q + kv), V 2s'b·kv, output-projection input 2s'b·q
-//!   (= 8sbh for multi-head attention), and without flash attention the scores path
-//!   5·a·s'·s·b (softmax 2, dropout mask 1, dropout output 2), which selective recompute
-//!   drops; flash attention keeps only an fp32 log-sum-exp per row and head;
+//!   (= 8sbh for multi-head attention; key/value parts divided by `min(t, kv_heads)`, as
+//!   heads are replicated past that), and without flash attention the scores path
+//!   5·a·s'·s·b with dropout (softmax 2, dropout mask 1, dropout output 2), 2·a·s'·s·b
+//!   without, which selective recompute drops; flash attention keeps only an fp32
+//!   log-sum-exp per row and head (dropout, if any, is regenerated from its seed);
 //! - MLP inside tp: gelu 4·s'b·ffn (its input and the down projection's input), swiglu
 //!   6·s'b·ffn (gate, up, product); experts the same on the routed tokens plus their
 //!   dispatched inputs and combined outputs.
 //!
 //! FP8 training keeps fp8 copies of the GEMM inputs (1 byte per element instead of 2).
 //!
-//! For a GPT layer this is sbh(34 + 5as/h) without parallelism and 34sbh/t with tp + sp +
+//! For a GPT layer with dropout this is sbh(34 + 5as/h) without parallelism and 34sbh/t with tp + sp +
 //! selective recompute. A fully recomputed layer keeps its input, 2sbh (÷t with sp), and the
 //! layer being recomputed needs its full activations once.
 
 use super::context::{above, k, Ctx};
-use super::parameters::{layer_params, stage_params};
+use super::parameters::{layer_params, sharded_params, stage_params};
 use crate::Expr;
 
 /// Bytes of activations one layer keeps for one micro-batch, without recompute; the second
@@ -47,15 +50,16 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
     let h = ctx.hidden;
     // FP8 training keeps the fp8 copies of GEMM inputs for backward (1 byte instead of 2).
     let g = if ctx.fp8 { 0.5 } else { 1.0 };
-    let replicated = k((6.0 + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
-    let attention =
-        k((2.0 * (ctx.q_dim + ctx.kv_dim) + 2.0 * ctx.kv_dim + 2.0 * g * ctx.q_dim) * act)
-            * sb.clone()
-            / t.clone();
+    let masks = 2.0 * ctx.dropout;
+    let replicated =
+        k((4.0 + masks + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
+    let attention = k((2.0 + 2.0 * g) * ctx.q_dim * act) * sb.clone() / t.clone()
+        + k(4.0 * ctx.kv_dim * act) * sb.clone() / ctx.kv_split();
     let scores = if ctx.flash {
         k(4.0 * ctx.heads) * sb.clone() / t.clone()
     } else {
-        k(5.0 * ctx.heads * ctx.seq * act) * sb.clone() / t.clone()
+        // Softmax output 2 bytes; with dropout also its 1-byte mask and 2-byte output.
+        k((2.0 + 3.0 * ctx.dropout) * ctx.heads * ctx.seq * act) * sb.clone() / t.clone()
     };
     // gelu: its input and the down projection's input; swiglu: gate and up outputs and the
     // down projection's input.
@@ -105,19 +109,16 @@ pub(crate) struct StageMemory {
 
 pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let params = stage_params(ctx);
-    let shards = ctx.d.clone() * ctx.c.clone();
     let (z1, z2, z3) = ctx.zero_flags();
     let bytes = ctx.bytes;
     let not_z3 = k(1.0) - z3.clone();
 
     let fp32_shard = bytes.weight.max(bytes.master);
-    let weights = not_z3.clone() * bytes.weight * params.clone()
-        + z3.clone() * fp32_shard * params.clone() / shards.clone();
-    let grad_divisor = k(1.0) + z2 * (shards.clone() - 1.0);
-    let gradients = k(bytes.gradient) * params.clone() / grad_divisor;
-    let optimizer_divisor = k(1.0) + z1 * (shards.clone() - 1.0);
+    let weights = not_z3.clone() * bytes.weight * params
+        + z3.clone() * fp32_shard * sharded_params(ctx, k(1.0));
+    let gradients = k(bytes.gradient) * sharded_params(ctx, z2);
     let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
-    let optimizer = optimizer_bytes * params / optimizer_divisor;
+    let optimizer = optimizer_bytes * sharded_params(ctx, z1);
 
     let (layer, droppable) = layer_activations(ctx);
     let kept = layer.clone() - ctx.selective.clone() * droppable;

@@ -13,12 +13,9 @@ pub(crate) fn layer_params(ctx: &Ctx) -> Expr {
 fn layer_params_expr(ctx: &Ctx) -> Expr {
     let t = ctx.t.clone();
     let h = ctx.hidden;
-    let attention = 2.0 * h * ctx.q_dim + 2.0 * h * ctx.kv_dim;
-    let attention_bias = if ctx.bias {
-        ctx.q_dim + 2.0 * ctx.kv_dim + h
-    } else {
-        0.0
-    };
+    // Query and output projections split over tp; key/value projections over `kv_split`.
+    let query_output = 2.0 * h * ctx.q_dim + if ctx.bias { ctx.q_dim + h } else { 0.0 };
+    let key_value = 2.0 * h * ctx.kv_dim + if ctx.bias { 2.0 * ctx.kv_dim } else { 0.0 };
     // Two norms, replicated over tp.
     let norms = 2.0 * ctx.norm_params;
     let dense_mlp = ctx.mlp_matrices * h * ctx.ffn
@@ -27,7 +24,7 @@ fn layer_params_expr(ctx: &Ctx) -> Expr {
         } else {
             0.0
         };
-    let sharded = k(attention + attention_bias) / t.clone();
+    let sharded = k(query_output) / t.clone() + k(key_value) / ctx.kv_split();
     let mlp = match &ctx.moe {
         None => k(dense_mlp) / t,
         Some(moe) => {
@@ -58,6 +55,29 @@ pub(crate) fn head_params(ctx: &Ctx) -> Expr {
         k(1.0)
     };
     output * copies + k(ctx.norm_params)
+}
+
+/// Of [`stage_params`], the routed experts' parameters: ZeRO shards them over the
+/// expert-data-parallel group (`dp·cp/ep` ranks holding the same experts), not over `dp·cp`.
+pub(crate) fn stage_expert_params(ctx: &Ctx) -> Expr {
+    match &ctx.moe {
+        None => k(0.0),
+        Some(moe) => {
+            ctx.layers.clone() * k(moe.fraction * moe.experts * moe.expert_params)
+                / (ctx.e.clone() * ctx.t.clone())
+        }
+    }
+}
+
+/// Parameters per GPU after sharding over the data-parallel ranks when `sharded` is 1 (a ZeRO
+/// flag): dense parameters over `dp·cp`, routed experts over `dp·cp/ep`.
+pub(crate) fn sharded_params(ctx: &Ctx, sharded: Expr) -> Expr {
+    let experts = stage_expert_params(ctx);
+    let dense = stage_params(ctx) - experts.clone();
+    let ranks = ctx.d.clone() * ctx.c.clone();
+    let expert_ranks = ranks.clone() / ctx.e.clone();
+    dense / (k(1.0) + sharded.clone() * (ranks - 1.0))
+        + experts / (k(1.0) + sharded * (expert_ranks - 1.0))
 }
 
 /// Parameters one GPU of this pipeline device holds.

@@ -9,7 +9,7 @@ use super::communication::{
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx};
 use super::memory::stage_memory;
-use super::parameters::stage_params;
+use super::parameters::{sharded_params, stage_params};
 use super::slots::{Output, Slot};
 use crate::{Expr, Symbol};
 use tessel_grammar::Spec;
@@ -164,8 +164,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let offload_microbatch = Expr::max([streamed / host - busy, k(0.0)]);
 
     let (z1, _, z3) = ctx.zero_flags();
-    let shards = ctx.d.clone() * ctx.c.clone();
-    let local_optimizer_params = stage_params(ctx) / (k(1.0) + z1 * (shards - 1.0));
+    let local_optimizer_params = sharded_params(ctx, z1);
     let backward_of_microbatch = ctx.layers.clone() * backward;
     let dp_tail = (k(1.0) - z3)
         * Expr::max([

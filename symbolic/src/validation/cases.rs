@@ -278,6 +278,9 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         source,
         Source::Korthikanti | Source::MegatronReadme | Source::MtNlg | Source::Mist
     );
+    // Megatron-LM's GPT models and Hugging Face's GPT-2 train with hidden and attention dropout
+    // 0.1; BLOOM (its tr11 configuration), MPT, Llama-style torchtitan and NeMo runs with none.
+    let dropout = if gpt2_style { 0.1 } else { 0.0 };
     let model = ModelSpec {
         name: model_name.to_string(),
         layers,
@@ -395,6 +398,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         precision,
         optimizer: Optimizer::Adam,
         flash_attention: flash,
+        dropout,
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {
