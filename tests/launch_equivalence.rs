@@ -213,6 +213,42 @@ const MOE: &[Case] = &[
     ),
 ];
 
+/// Smallest and largest measured/predicted ratio over the ranks, for the total of the four
+/// components and for each one.
+fn ratios(report: &Value) -> Vec<(f64, f64)> {
+    let ranks = report["ranks"].as_array().unwrap();
+    let range = |f: &dyn Fn(&Value) -> f64| {
+        ranks
+            .iter()
+            .map(f)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+                (lo.min(r), hi.max(r))
+            })
+    };
+    let mut out = vec![range(&|r: &Value| {
+        r["peak_memory_bytes"].as_f64().unwrap()
+            / r["predicted_peak_memory_bytes"].as_f64().unwrap()
+    })];
+    for component in ["weights", "grads", "optimizer", "activations"] {
+        out.push(range(&|r: &Value| {
+            r["measured"][component].as_f64().unwrap()
+                / r["predicted"][component].as_f64().unwrap().max(1.0)
+        }));
+    }
+    out
+}
+
+fn print_ratio_row(label: &str, report: &Value) {
+    let cells: Vec<String> = ratios(report)
+        .iter()
+        .map(|(lo, hi)| format!("{lo:.3}–{hi:.3}"))
+        .collect();
+    println!(
+        "{label:<28} {:>13} {:>13} {:>13} {:>13} {:>13}",
+        cells[0], cells[1], cells[2], cells[3], cells[4]
+    );
+}
+
 fn run_cases(spec: &str, cases: &[Case]) {
     let dir = tempfile::tempdir().unwrap();
     let single = single_gpu_spec(dir.path(), spec);
@@ -222,8 +258,13 @@ fn run_cases(spec: &str, cases: &[Case]) {
         "single",
         &["--dp", "1"],
     )));
+    println!(
+        "{spec}: measured / predicted, min–max over ranks\n{:<28} {:>13} {:>13} {:>13} {:>13} {:>13}",
+        "case", "total", "weights", "grads", "optimizer", "activations"
+    );
     for (label, degrees, memory) in cases {
         let report = launch(&plan(dir.path(), &spec_path(spec), label, degrees));
+        print_ratio_row(label, &report);
         assert_close(label, &losses(&report), &reference);
         match memory {
             Memory::Agrees => assert_memory(label, &report),

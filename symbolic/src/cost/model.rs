@@ -289,12 +289,14 @@ fn recompute_flops_per_token(spec: &Spec, strategy: &Strategy, layers: &[u64]) -
     let recomputed: f64 = layers
         .iter()
         .enumerate()
-        .map(|(stage, &count)| match strategy.recompute_of(stage as u64) {
-            Recompute::None => 0.0,
-            Recompute::Selective => count as f64 * selective_core,
-            Recompute::Full => count as f64 * layer_forward,
-            Recompute::Partial { full_layers } => full_layers.min(count) as f64 * layer_forward,
-        })
+        .map(
+            |(stage, &count)| match strategy.recompute_of(stage as u64) {
+                Recompute::None => 0.0,
+                Recompute::Selective => count as f64 * selective_core,
+                Recompute::Full => count as f64 * layer_forward,
+                Recompute::Partial { full_layers } => full_layers.min(count) as f64 * layer_forward,
+            },
+        )
         .sum();
     recomputed
 }
