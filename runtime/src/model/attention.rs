@@ -18,6 +18,17 @@ pub struct AttnCtx<T> {
 }
 
 impl<T> AttnCtx<T> {
+    /// The input the backward multiplies with. Under sequence parallelism the block swaps in
+    /// this rank's sequence shard after the forward and the all-gathered input again before
+    /// the backward, so the full input is not kept in between (as Megatron does).
+    pub fn input(&self) -> &T {
+        &self.x
+    }
+
+    pub fn set_input(&mut self, x: T) {
+        self.x = x;
+    }
+
     pub fn tensors(&self) -> Vec<&T> {
         let mut v = vec![&self.x, &self.q, &self.k_full, &self.v_full, &self.attn];
         v.extend(self.probs.as_ref());

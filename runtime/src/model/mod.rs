@@ -70,7 +70,8 @@ impl<B: Backend> Env<'_, B> {
         self.batch * self.seq_chunk
     }
 
-    fn sp_active(&self) -> bool {
+    /// Whether sequence parallelism shards the tokens between blocks (it needs `tp > 1`).
+    pub fn sp_active(&self) -> bool {
         self.sequence_parallel && self.tp > 1
     }
 
