@@ -341,7 +341,16 @@ impl<'a, B: Backend> Rank<'a, B> {
             cp_index: self.coords.cp as usize,
             batch: plan.microbatch as usize,
             seq_chunk: (plan.seq_len / plan.cp) as usize,
+            cp_next_rank: self.cp_neighbour(1),
+            cp_prev_rank: self.cp_neighbour(plan.cp - 1),
         }
+    }
+
+    /// Global rank of the context rank `step` places further along the ring.
+    fn cp_neighbour(&self, step: u64) -> usize {
+        let c = &self.coords;
+        let cp = (c.cp + step) % self.setup.plan.cp;
+        self.mesh.rank_of(c.pp, c.dp, cp, c.tp) as usize
     }
 
     /// Inputs and targets of micro-batch `mb` on this rank, batch-major over its positions.

@@ -62,7 +62,13 @@ pub struct Env<'a, B: Backend> {
     pub batch: usize,
     /// Sequence positions this context-parallel rank holds.
     pub seq_chunk: usize,
+    /// Global ranks of the next and the previous member of the context group (ring order).
+    pub cp_next_rank: usize,
+    pub cp_prev_rank: usize,
 }
+
+/// Tag of ring-attention messages; pipeline messages use the bits below 63.
+const CP_RING_TAG: u64 = 1 << 63;
 
 impl<B: Backend> Env<'_, B> {
     /// Tokens of one micro-batch on this context rank (before sequence-parallel sharding).
@@ -106,39 +112,12 @@ impl<B: Backend> Env<'_, B> {
         }
     }
 
-    /// All-gathers keys or values over the context group into batch-major full sequences.
-    pub fn gather_cp(&self, x: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
-        if self.cp == 1 {
-            return Ok(x.clone());
-        }
-        let all = self.b.all_gather(GroupKind::Context, x)?;
-        let sc = self.seq_chunk;
-        let mut parts = Vec::with_capacity(self.batch * self.cp);
-        for b in 0..self.batch {
-            for c in 0..self.cp {
-                let start = (c * self.batch + b) * sc;
-                parts.push(self.b.slice_rows(&all, start, start + sc));
-            }
-        }
-        Ok(self.b.concat_rows(&parts.iter().collect::<Vec<_>>()))
-    }
-
-    /// Backward of [`Self::gather_cp`]: sums the full-sequence gradients over the context
-    /// group and keeps this rank's positions.
-    pub fn scatter_cp(&self, dx: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
-        if self.cp == 1 {
-            return Ok(dx.clone());
-        }
-        let sc = self.seq_chunk;
-        let mut parts = Vec::with_capacity(self.batch * self.cp);
-        for c in 0..self.cp {
-            for b in 0..self.batch {
-                let start = (b * self.cp + c) * sc;
-                parts.push(self.b.slice_rows(dx, start, start + sc));
-            }
-        }
-        let ordered = self.b.concat_rows(&parts.iter().collect::<Vec<_>>());
-        self.b.reduce_scatter(GroupKind::Context, &ordered)
+    /// Passes a tensor one step around the context ring: sends it to the next context rank
+    /// and returns what the previous one sent. Sends never block, so every rank sending
+    /// first cannot deadlock; messages between two ranks arrive in the order they were sent.
+    pub fn pass_around_cp_ring(&self, t: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
+        self.b.send(self.cp_next_rank, CP_RING_TAG, t)?;
+        self.b.recv(self.cp_prev_rank, CP_RING_TAG)
     }
 
     /// Position of the first token this context rank holds in each sequence.
