@@ -523,12 +523,16 @@ impl<'a, B: Backend> Rank<'a, B> {
         Ok(())
     }
 
+    fn ctx_bytes(&self, ctx: &BlockCtx<B::Tensor>) -> u64 {
+        ctx.tensors().iter().map(|t| self.b.bytes(t)).sum()
+    }
+
     fn pieces_bytes(&self, pieces: &[Piece<B::Tensor>]) -> u64 {
         pieces
             .iter()
             .map(|p| match p {
                 Piece::Embed(_) => 0,
-                Piece::Block(_, c) => c.tensors().iter().map(|t| self.b.bytes(t)).sum(),
+                Piece::Block(_, c) => self.ctx_bytes(c),
                 Piece::Head(c) => c.tensors().iter().map(|t| self.b.bytes(t)).sum(),
             })
             .sum()
@@ -569,6 +573,12 @@ impl<'a, B: Backend> Rank<'a, B> {
                     let d = dx
                         .take()
                         .ok_or_else(|| missing("output gradient", mb, chunk))?;
+                    // A fully recomputed layer holds its whole activations again until its
+                    // backward is done (the stash already counts its input).
+                    let kept = self.ctx_bytes(&ctx);
+                    let ctx = block::recompute(&env, &self.values, layer, ctx)?;
+                    let rebuilt = self.ctx_bytes(&ctx) - kept;
+                    self.memory.alloc(MemoryCategory::Activations, rebuilt);
                     dx = Some(block::backward(
                         &env,
                         &self.values,
@@ -577,6 +587,7 @@ impl<'a, B: Backend> Rank<'a, B> {
                         ctx,
                         &d,
                     )?);
+                    self.memory.free(MemoryCategory::Activations, rebuilt);
                     names
                 }
                 Piece::Embed(ctx) => {

@@ -196,6 +196,23 @@ pub fn forward<B: Backend>(
     Ok((out, ctx))
 }
 
+/// Full recompute: re-runs the forward of a block that kept only its input, so that its
+/// backward has everything (the caller accounts the layer's rebuilt activations while they
+/// live). A block that kept its activations is returned as it is.
+pub fn recompute<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    layer: u64,
+    ctx: BlockCtx<B::Tensor>,
+) -> Result<BlockCtx<B::Tensor>, RuntimeError> {
+    Ok(match ctx {
+        BlockCtx::Input(x) => {
+            BlockCtx::Saved(Box::new(forward_saved(env, values, layer, &x, true)?.1))
+        }
+        saved => saved,
+    })
+}
+
 pub fn backward<B: Backend>(
     env: &Env<B>,
     values: &Values<B::Tensor>,
