@@ -120,10 +120,10 @@ enum Memory {
     /// Like `Agrees`, and with one pipeline stage the activations are within 5% of the
     /// prediction once its dropout masks and outputs (Megatron trains with dropout; this
     /// runtime has none) are taken out: see [`dropout_bytes`]. Not for context parallelism
-    /// (ring attention keeps the probabilities of the key blocks a rank's queries see, fewer on
-    /// the first context ranks; the model counts every rank's queries against the whole
-    /// sequence) nor for experts (the tokens each rank's experts receive depend on the routing;
-    /// the model assumes `top_k · capacity_factor` per token).
+    /// (ring attention keeps the probabilities of the chunk pairs a rank's queries see, about
+    /// half; the model counts every query against the whole sequence) nor for experts (the
+    /// tokens each rank's experts receive depend on the routing; the model assumes
+    /// `top_k · capacity_factor` per token).
     AgreesWithoutDropout,
     /// The states differ by a cost-model error named here; only the total is asserted.
     StatesDiffer(&'static str),

@@ -341,6 +341,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             cp_index: self.coords.cp as usize,
             batch: plan.microbatch as usize,
             seq_chunk: (plan.seq_len / plan.cp) as usize,
+            chunk_len: (plan.seq_len / plan.cp_chunks()) as usize,
             cp_next_rank: self.cp_neighbour(1),
             cp_prev_rank: self.cp_neighbour(plan.cp - 1),
         }
@@ -353,19 +354,23 @@ impl<'a, B: Backend> Rank<'a, B> {
         self.mesh.rank_of(c.pp, c.dp, cp, c.tp) as usize
     }
 
-    /// Inputs and targets of micro-batch `mb` on this rank, batch-major over its positions.
+    /// Inputs and targets of micro-batch `mb` on this rank: per context chunk it holds, the
+    /// chunk of every sequence (chunk-major, then batch-major; see [`Env::chunk_len`]).
     fn microbatch_tokens(&self, mb: u64) -> (Vec<u32>, Vec<u32>) {
         let plan = self.setup.plan;
+        let env = self.env();
         let per_replica = plan.microbatch * plan.microbatches;
-        let sc = (plan.seq_len / plan.cp) as usize;
-        let start = self.coords.cp as usize * sc;
+        let len = env.chunk_len;
         let mut inputs = Vec::new();
         let mut targets = Vec::new();
-        for i in 0..plan.microbatch {
-            let index = self.coords.dp * per_replica + mb * plan.microbatch + i;
-            let seq = self.setup.stream.sequence(self.step, index as usize);
-            inputs.extend_from_slice(&seq[start..start + sc]);
-            targets.extend_from_slice(&seq[start + 1..start + sc + 1]);
+        for chunk in env.chunks() {
+            let start = chunk * len;
+            for i in 0..plan.microbatch {
+                let index = self.coords.dp * per_replica + mb * plan.microbatch + i;
+                let seq = self.setup.stream.sequence(self.step, index as usize);
+                inputs.extend_from_slice(&seq[start..start + len]);
+                targets.extend_from_slice(&seq[start + 1..start + len + 1]);
+            }
         }
         (inputs, targets)
     }

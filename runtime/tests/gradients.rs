@@ -326,6 +326,7 @@ fn check_block(model: &ModelSpec, layer: u64) {
         cp_index: 0,
         batch: 2,
         seq_chunk: 3,
+        chunk_len: 3,
         cp_next_rank: 0,
         cp_prev_rank: 0,
     };

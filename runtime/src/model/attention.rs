@@ -1,12 +1,11 @@
 //! Causal self-attention with grouped-query heads, split over the tensor group by heads
 //! (column-parallel Q/K/V, row-parallel output), rotary positions when the model uses them.
-//! With context parallelism it is ring attention: each rank keeps its own contiguous chunk of
-//! queries, keys and values; the key/value blocks travel around the context ring and the
-//! partial results are merged with an online (log-sum-exp) softmax. Causality by block: a
-//! rank's queries see the blocks of the ranks before it whole, its own block causally and the
-//! later ones not at all (those are passed on without work). Contiguous chunks leave the
-//! last ranks more work than the first; Megatron's load-balanced split (two chunks per rank)
-//! is not done here.
+//! With context parallelism it is ring attention: the sequence is cut into `2·cp` chunks and
+//! context rank `r` keeps chunks `r` and `2cp − 1 − r` of the queries, keys and values (so
+//! every rank has the same causal work, as in Megatron); the key/value blocks travel around
+//! the context ring and the partial results are merged with an online (log-sum-exp) softmax.
+//! Causality by chunk: a query chunk sees earlier key chunks whole, its own causally and later
+//! ones not at all.
 
 use super::{param, Env, Grads, Values};
 use crate::backend::{AttentionShape, Backend};
@@ -19,8 +18,8 @@ pub struct AttnCtx<T> {
     /// This rank's keys and values (the whole sequence without context parallelism).
     k: T,
     v: T,
-    /// Per visible key/value block (by source context rank): its share of the softmax. Dropped
-    /// under selective recompute and rebuilt in the backward.
+    /// Per visible (query chunk, key chunk) pair, in the order the ring visits them: its share
+    /// of the softmax. Dropped under selective recompute and rebuilt in the backward.
     probs: Option<Vec<T>>,
     /// Ring attention: log-sum-exp of each query row and head over every visible key.
     lse: Option<T>,
@@ -47,24 +46,57 @@ impl<T> AttnCtx<T> {
     }
 }
 
-/// Queries of this rank against the key/value block of context rank `source`: an ordinary
-/// causal call whose keys start `(cp_index − source)·seq_chunk` positions before the queries.
-fn shape<B: Backend>(env: &Env<B>, source: usize) -> AttentionShape {
+/// Queries of the sequence chunk `q_chunk` against the keys of chunk `kv_chunk ≤ q_chunk`:
+/// an ordinary causal call whose keys start `q_chunk − kv_chunk` chunks before the queries
+/// (so every key of an earlier chunk is visible).
+fn shape<B: Backend>(env: &Env<B>, q_chunk: usize, kv_chunk: usize) -> AttentionShape {
     let m = env.model;
     AttentionShape {
         batch: env.batch,
-        q_len: env.seq_chunk,
-        kv_len: env.seq_chunk,
-        q_offset: (env.cp_index - source) * env.seq_chunk,
+        q_len: env.chunk_len,
+        kv_len: env.chunk_len,
+        q_offset: (q_chunk - kv_chunk) * env.chunk_len,
         heads: (m.heads as usize) / env.tp,
         kv_heads: ((m.kv_heads as usize) / env.tp).max(1),
         head_dim: m.head_dim as usize,
     }
 }
 
+/// The whole-sequence shape without context parallelism.
+fn single_shape<B: Backend>(env: &Env<B>) -> AttentionShape {
+    shape(env, 0, 0)
+}
+
 /// Context rank whose key/value block this rank holds after `step` passes around the ring.
 fn source(env: &Env<impl Backend>, step: usize) -> usize {
     (env.cp_index + env.cp - step) % env.cp
+}
+
+/// Chunk `j` (in the rank's token order) of chunk-major rows.
+fn chunk<B: Backend>(env: &Env<B>, t: &B::Tensor, j: usize) -> B::Tensor {
+    let n = env.chunk_tokens();
+    env.b.slice_rows(t, j * n, (j + 1) * n)
+}
+
+fn concat<B: Backend>(env: &Env<B>, parts: &[B::Tensor]) -> B::Tensor {
+    env.b.concat_rows(&parts.iter().collect::<Vec<_>>())
+}
+
+/// The pairs (query chunk, key/value chunk), as indices into the two ranks' chunk lists,
+/// where some key is visible to some query, in the order the forward and backward visit them
+/// for the block of context rank `src`.
+fn visible_pairs<B: Backend>(env: &Env<B>, src: usize) -> Vec<(usize, usize, AttentionShape)> {
+    let q_chunks = env.chunks();
+    let kv_chunks = [src, 2 * env.cp - 1 - src];
+    let mut pairs = Vec::new();
+    for (qi, &qc) in q_chunks.iter().enumerate() {
+        for (ki, &kc) in kv_chunks.iter().enumerate() {
+            if kc <= qc {
+                pairs.push((qi, ki, shape(env, qc, kc)));
+            }
+        }
+    }
+    pairs
 }
 
 /// Attention output of this rank's queries; with context parallelism also the per-block
@@ -80,18 +112,18 @@ fn ring_forward<B: Backend>(
 ) -> Result<AttnOut<B::Tensor>, RuntimeError> {
     let b = env.b;
     if env.cp == 1 {
-        let (attn, probs) = b.attention(shape(env, 0), q, k, v);
+        let (attn, probs) = b.attention(single_shape(env), q, k, v);
         return Ok((
             attn,
             keep_probs.then_some(probs).into_iter().collect(),
             None,
         ));
     }
+    let q_chunks = [chunk(env, q, 0), chunk(env, q, 1)];
     let (mut k_block, mut v_block) = (k.clone(), v.clone());
-    let mut merged: Option<(B::Tensor, B::Tensor)> = None;
+    let mut merged: [Option<(B::Tensor, B::Tensor)>; 2] = [None, None];
     let mut blocks = Vec::new();
     for step in 0..env.cp {
-        let src = source(env, step);
         // Pass the block on before working on it; the last step has nothing left to pass.
         let next = if step + 1 < env.cp {
             Some((
@@ -101,15 +133,19 @@ fn ring_forward<B: Backend>(
         } else {
             None
         };
-        if src <= env.cp_index {
-            let s = shape(env, src);
-            let (out, probs, lse) = b.attention_block(s, q, &k_block, &v_block);
-            merged = Some(match merged {
+        for (qi, ki, s) in visible_pairs(env, source(env, step)) {
+            let (out, probs, lse) = b.attention_block(
+                s,
+                &q_chunks[qi],
+                &chunk(env, &k_block, ki),
+                &chunk(env, &v_block, ki),
+            );
+            merged[qi] = Some(match merged[qi].take() {
                 None => (out, lse.clone()),
                 Some((acc, acc_lse)) => b.attention_merge(s, (&acc, &acc_lse), (&out, &lse)),
             });
             if keep_probs {
-                blocks.push((src, probs, lse));
+                blocks.push((qi, s, probs, lse));
             }
         }
         if let Some((k_next, v_next)) = next {
@@ -117,13 +153,18 @@ fn ring_forward<B: Backend>(
             v_block = v_next;
         }
     }
-    let (attn, lse) = merged.expect("a rank always sees its own block");
-    blocks.sort_by_key(|(src, _, _)| *src);
+    // Every query chunk sees at least its own diagonal block.
+    let [first, second] = merged.map(|m| m.expect("a chunk sees itself"));
+    let lse_chunks = [first.1, second.1];
     let probs = blocks
         .into_iter()
-        .map(|(src, p, block_lse)| b.attention_rescale(shape(env, src), &p, &block_lse, &lse))
+        .map(|(qi, s, p, block_lse)| b.attention_rescale(s, &p, &block_lse, &lse_chunks[qi]))
         .collect();
-    Ok((attn, probs, Some(lse)))
+    Ok((
+        concat(env, &[first.0, second.0]),
+        probs,
+        Some(concat(env, &lse_chunks)),
+    ))
 }
 
 /// Gradients of this rank's queries, keys and values.
@@ -139,7 +180,7 @@ fn ring_backward<B: Backend>(
 ) -> Result<QkvGrads<B::Tensor>, RuntimeError> {
     let b = env.b;
     let Some(lse) = &ctx.lse else {
-        let s = shape(env, 0);
+        let s = single_shape(env);
         let recomputed;
         let probs = match &ctx.probs {
             Some(p) => &p[0],
@@ -150,38 +191,45 @@ fn ring_backward<B: Backend>(
         };
         return Ok(b.attention_backward(s, &ctx.q, &ctx.k, &ctx.v, probs, dattn));
     };
-    let (q_rows, q_cols) = b.shape(&ctx.q);
-    let (kv_rows, kv_cols) = b.shape(&ctx.k);
-    let mut dq = b.zeros(q_rows, q_cols);
+    let per_chunk = |t: &B::Tensor| [chunk(env, t, 0), chunk(env, t, 1)];
+    let (q, out, dout) = (per_chunk(&ctx.q), per_chunk(&ctx.attn), per_chunk(dattn));
+    let lse = per_chunk(lse);
+    let (rows, q_cols) = b.shape(&q[0]);
+    let kv_cols = b.shape(&ctx.k).1;
+    let mut dq = [b.zeros(rows, q_cols), b.zeros(rows, q_cols)];
     let (mut k_block, mut v_block) = (ctx.k.clone(), ctx.v.clone());
-    let mut dk_block = b.zeros(kv_rows, kv_cols);
-    let mut dv_block = b.zeros(kv_rows, kv_cols);
+    let mut dk_block = [b.zeros(rows, kv_cols), b.zeros(rows, kv_cols)];
+    let mut dv_block = [b.zeros(rows, kv_cols), b.zeros(rows, kv_cols)];
+    let mut kept = ctx.probs.iter().flatten();
     for step in 0..env.cp {
-        let src = source(env, step);
-        if src <= env.cp_index {
-            let s = shape(env, src);
+        for (qi, ki, s) in visible_pairs(env, source(env, step)) {
+            let (k, v) = (chunk(env, &k_block, ki), chunk(env, &v_block, ki));
             let recomputed;
-            let probs = match &ctx.probs {
-                Some(p) => &p[src],
+            let probs = match kept.next() {
+                Some(p) => p,
                 None => {
-                    recomputed = b.attention_block_probs(s, &ctx.q, &k_block, lse);
+                    recomputed = b.attention_block_probs(s, &q[qi], &k, &lse[qi]);
                     &recomputed
                 }
             };
             let (dq_part, dk_part, dv_part) =
-                b.attention_block_backward(s, &ctx.q, &k_block, &v_block, probs, &ctx.attn, dattn);
-            b.add_assign(&mut dq, &dq_part);
-            b.add_assign(&mut dk_block, &dk_part);
-            b.add_assign(&mut dv_block, &dv_part);
+                b.attention_block_backward(s, &q[qi], &k, &v, probs, &out[qi], &dout[qi]);
+            b.add_assign(&mut dq[qi], &dq_part);
+            b.add_assign(&mut dk_block[ki], &dk_part);
+            b.add_assign(&mut dv_block[ki], &dv_part);
         }
         if step + 1 < env.cp {
             k_block = env.pass_around_cp_ring(&k_block)?;
             v_block = env.pass_around_cp_ring(&v_block)?;
         }
-        dk_block = env.pass_around_cp_ring(&dk_block)?;
-        dv_block = env.pass_around_cp_ring(&dv_block)?;
+        dk_block = per_chunk(&env.pass_around_cp_ring(&concat(env, &dk_block))?);
+        dv_block = per_chunk(&env.pass_around_cp_ring(&concat(env, &dv_block))?);
     }
-    Ok((dq, dk_block, dv_block))
+    Ok((
+        concat(env, &dq),
+        concat(env, &dk_block),
+        concat(env, &dv_block),
+    ))
 }
 
 fn project<B: Backend>(
@@ -203,13 +251,7 @@ fn project<B: Backend>(
     };
     Ok(
         if env.model.position == PositionKind::Rope && which != "v" {
-            env.b.rope(
-                &y,
-                env.model.head_dim as usize,
-                env.seq_chunk,
-                env.position_offset(),
-                false,
-            )
+            env.rope(&y, false)
         } else {
             y
         },
@@ -261,13 +303,7 @@ pub fn backward<B: Backend>(
     let rope = env.model.position == PositionKind::Rope;
     let unrotate = |d: B::Tensor| {
         if rope {
-            b.rope(
-                &d,
-                env.model.head_dim as usize,
-                env.seq_chunk,
-                env.position_offset(),
-                true,
-            )
+            env.rope(&d, true)
         } else {
             d
         }

@@ -60,8 +60,13 @@ pub struct Env<'a, B: Backend> {
     pub cp_index: usize,
     /// Sequences in the micro-batch.
     pub batch: usize,
-    /// Sequence positions this context-parallel rank holds.
+    /// Sequence positions this context-parallel rank holds (all its chunks).
     pub seq_chunk: usize,
+    /// Length of one context chunk: the sequence is cut into `2·cp` chunks and context rank
+    /// `r` holds chunks `r` and `2cp − 1 − r` (Megatron's split: every rank then has the same
+    /// share of causal attention work); without context parallelism one chunk, the sequence.
+    /// A rank's tokens are chunk-major: its first chunk's sequences, then its second's.
+    pub chunk_len: usize,
     /// Global ranks of the next and the previous member of the context group (ring order).
     pub cp_next_rank: usize,
     pub cp_prev_rank: usize,
@@ -120,8 +125,45 @@ impl<B: Backend> Env<'_, B> {
         self.b.recv(self.cp_prev_rank, CP_RING_TAG)
     }
 
-    /// Position of the first token this context rank holds in each sequence.
-    pub fn position_offset(&self) -> usize {
-        self.cp_index * self.seq_chunk
+    /// Indices of the sequence chunks this rank holds, in its token order.
+    pub fn chunks(&self) -> Vec<usize> {
+        if self.cp > 1 {
+            vec![self.cp_index, 2 * self.cp - 1 - self.cp_index]
+        } else {
+            vec![0]
+        }
+    }
+
+    /// Tokens of one chunk in a micro-batch.
+    pub fn chunk_tokens(&self) -> usize {
+        self.batch * self.chunk_len
+    }
+
+    /// Sequence position of this rank's token `i` (before sequence-parallel sharding).
+    pub fn position(&self, i: usize) -> usize {
+        let chunk = self.chunks()[i / self.chunk_tokens()];
+        chunk * self.chunk_len + i % self.chunk_len
+    }
+
+    /// Rotary embedding of rows in this rank's token order, chunk by chunk.
+    pub fn rope(&self, x: &B::Tensor, inverse: bool) -> B::Tensor {
+        let head_dim = self.model.head_dim as usize;
+        let n = self.chunk_tokens();
+        let parts: Vec<B::Tensor> = self
+            .chunks()
+            .iter()
+            .enumerate()
+            .map(|(j, &chunk)| {
+                let rows = self.b.slice_rows(x, j * n, (j + 1) * n);
+                self.b.rope(
+                    &rows,
+                    head_dim,
+                    self.chunk_len,
+                    chunk * self.chunk_len,
+                    inverse,
+                )
+            })
+            .collect();
+        self.b.concat_rows(&parts.iter().collect::<Vec<_>>())
     }
 }
