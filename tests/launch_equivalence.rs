@@ -1,7 +1,9 @@
 //! End to end through the binary: `tessel plan SPEC <degrees> -o plan.json`, then `tessel launch
 //! plan.json --backend cpu --steps 5 --format json`, against the single-rank plan of the same
 //! model. Losses agree within a relative 1e-4; recompute gives bit-identical losses; the memory
-//! the CPU backend measures is compared with the cost model's prediction per component.
+//! the CPU backend measures is within 15% of the cost model's prediction on every rank of every
+//! case, and compared per component where the model has no known error (`--nocapture` prints
+//! the measured/predicted table).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -108,37 +110,27 @@ fn worst_relative(report: &Value, component: &str) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn worst_total(report: &Value) -> f64 {
-    report["ranks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let m = r["peak_memory_bytes"].as_f64().unwrap();
-            let p = r["predicted_peak_memory_bytes"].as_f64().unwrap();
-            (m - p).abs() / p
-        })
-        .fold(0.0, f64::max)
-}
-
-/// How the memory the CPU backend measures relates to the cost model's prediction.
+/// How the memory the CPU backend measures relates to the cost model's prediction. In every
+/// case the peak of the four measured components (weights, gradients, optimizer states,
+/// activations) is within [`TOTAL_BAND`] of the predicted four on every rank.
 #[derive(Clone, Copy)]
 enum Memory {
-    /// Weights, gradients and optimizer states are equal byte counts (within 1%), and the
-    /// total of the four measured components is within 15% of the prediction.
+    /// Weights, gradients and optimizer states are also equal byte counts (within 1%).
     Agrees,
     /// Like `Agrees`, and with one pipeline stage the activations are within 5% of the
     /// prediction once its dropout masks and outputs (Megatron trains with dropout; this
-    /// runtime has none) are taken out: see [`dropout_bytes`]. Not for sequence parallelism
-    /// (the runtime keeps the gathered inputs of the QKV and MLP matmuls, Megatron its shard
-    /// and gathers again in the backward), context parallelism
-    /// (the runtime keeps the all-gathered keys and values, the model a ring's local ones) nor
-    /// for experts (the tokens each rank's experts receive depend on the routing; the model
-    /// assumes `top_k · capacity_factor` per token).
+    /// runtime has none) are taken out: see [`dropout_bytes`]. Not for context parallelism
+    /// (ring attention keeps the probabilities of the chunk pairs a rank's queries see, about
+    /// half; the model counts every query against the whole sequence) nor for experts (the
+    /// tokens each rank's experts receive depend on the routing; the model assumes
+    /// `top_k · capacity_factor` per token).
     AgreesWithoutDropout,
-    /// A known difference between the two sides; losses are still checked.
-    Differs(&'static str),
+    /// The states differ by a cost-model error named here; only the total is asserted.
+    StatesDiffer(&'static str),
 }
+
+/// Measured over predicted peak of the four components, on every rank.
+const TOTAL_BAND: (f64, f64) = (0.85, 1.15);
 
 type Case = (&'static str, &'static [&'static str], Memory);
 
@@ -146,44 +138,63 @@ const DENSE: &[Case] = &[
     ("tp2-pp2-dp2", &["--tp", "2", "--pp", "2"], Memory::Agrees),
     (
         "tp2-sp-pp2-interleaved-dp2",
-        &["--tp", "2", "--sequence-parallel", "true", "--pp", "2", "--interleave", "2"],
+        &[
+            "--tp",
+            "2",
+            "--sequence-parallel",
+            "true",
+            "--pp",
+            "2",
+            "--interleave",
+            "2",
+        ],
         Memory::Agrees,
     ),
     ("cp2-tp2-dp2", &["--cp", "2", "--tp", "2"], Memory::Agrees),
+    ("cp4-dp2", &["--cp", "4"], Memory::Agrees),
     ("dp8-zero1", &["--zero", "1"], Memory::AgreesWithoutDropout),
+    ("dp8-zero2", &["--zero", "2"], Memory::AgreesWithoutDropout),
     (
         "tp2-sp-dp4",
         &["--tp", "2", "--sequence-parallel", "true"],
-        Memory::Agrees,
+        Memory::AgreesWithoutDropout,
     ),
     ("tp2-dp4", &["--tp", "2"], Memory::AgreesWithoutDropout),
     (
         "cp2-tp2-pp2-selective",
-        &["--cp", "2", "--tp", "2", "--pp", "2", "--recompute", "selective"],
+        &[
+            "--cp",
+            "2",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--recompute",
+            "selective",
+        ],
         Memory::Agrees,
     ),
     (
         "zero3-pp2-dp4",
         &["--zero", "3", "--pp", "2"],
-        Memory::Differs(
-            "the runtime counts gathered ZeRO-3 layers as weights (the model as buffers) and holds \
-             the full local gradients until the step's reduce-scatter",
-        ),
+        Memory::Agrees,
+    ),
+    (
+        "zero3-tp2-sp-dp4",
+        &["--zero", "3", "--tp", "2", "--sequence-parallel", "true"],
+        Memory::AgreesWithoutDropout,
     ),
     (
         "pp4-interleaved-dp2-full",
         &["--pp", "4", "--interleave", "2", "--recompute", "full"],
-        Memory::Differs(
-            "the runtime does not count the recomputed layer's working set in the backward; the \
-             model adds one layer's full activations",
-        ),
+        Memory::Agrees,
     ),
     (
         "tp4-sp-dp2-zero2",
         &["--tp", "4", "--sequence-parallel", "true", "--zero", "2"],
-        Memory::Differs(
-            "tp 4 > 2 key/value heads replicates them (not in the model); ZeRO-2 gradients peak \
-             unsharded before the step's reduce-scatter",
+        Memory::StatesDiffer(
+            "tp 4 > 2 key/value heads: each key/value head is replicated on two tensor ranks; \
+             the model divides the key/value projections by tp",
         ),
     ),
 ];
@@ -198,7 +209,7 @@ const MOE: &[Case] = &[
     (
         "ep2-cp2-pp2-dp2",
         &["--ep", "2", "--cp", "2", "--pp", "2"],
-        Memory::Differs(
+        Memory::StatesDiffer(
             "the model spreads the MoE layers evenly over stages; here stage 0 holds the dense \
              first layer",
         ),
@@ -206,12 +217,65 @@ const MOE: &[Case] = &[
     (
         "ep4-tp2-dp4-zero2",
         &["--ep", "4", "--tp", "2", "--zero", "2"],
-        Memory::Differs(
-            "experts' optimizer states shard over dp·cp/ep in the runtime (Megatron's \
-             expert-data-parallel group), over dp·cp in the model; ZeRO-2 gradients peak unsharded",
+        Memory::StatesDiffer(
+            "experts' gradients and optimizer states shard over dp·cp/ep here (Megatron's \
+             expert-data-parallel group), over dp·cp in the model",
         ),
     ),
 ];
+
+/// Smallest and largest measured/predicted ratio over the ranks, for the total of the four
+/// components and for each one.
+fn ratios(report: &Value) -> Vec<(f64, f64)> {
+    let ranks = report["ranks"].as_array().unwrap();
+    let range = |f: &dyn Fn(&Value) -> f64| {
+        ranks
+            .iter()
+            .map(f)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+                (lo.min(r), hi.max(r))
+            })
+    };
+    let mut out = vec![range(&|r: &Value| {
+        r["peak_memory_bytes"].as_f64().unwrap()
+            / r["predicted_peak_memory_bytes"].as_f64().unwrap()
+    })];
+    for component in ["weights", "grads", "optimizer", "activations"] {
+        out.push(range(&|r: &Value| {
+            r["measured"][component].as_f64().unwrap()
+                / r["predicted"][component].as_f64().unwrap().max(1.0)
+        }));
+    }
+    out
+}
+
+/// Largest transient buffer (ZeRO-2/3's gathered layers and unsharded gradients) over the
+/// ranks. The model's buffers are not set against it: they also hold the communication
+/// buffers, logits, fragmentation and the CUDA context.
+fn buffers(report: &Value) -> f64 {
+    report["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["measured"]["buffers"].as_f64().unwrap())
+        .fold(0.0, f64::max)
+}
+
+fn print_ratio_row(label: &str, report: &Value) {
+    let cells: Vec<String> = ratios(report)
+        .iter()
+        .map(|(lo, hi)| format!("{lo:.3}–{hi:.3}"))
+        .collect();
+    println!(
+        "{label:<28} {:>13} {:>13} {:>13} {:>13} {:>13} {:>8.0} KiB",
+        cells[0],
+        cells[1],
+        cells[2],
+        cells[3],
+        cells[4],
+        buffers(report) / 1024.0
+    );
+}
 
 fn run_cases(spec: &str, cases: &[Case]) {
     let dir = tempfile::tempdir().unwrap();
@@ -222,27 +286,39 @@ fn run_cases(spec: &str, cases: &[Case]) {
         "single",
         &["--dp", "1"],
     )));
+    println!(
+        "{spec}: measured / predicted, min–max over ranks\n{:<28} {:>13} {:>13} {:>13} {:>13} {:>13} {:>9}",
+        "case", "total", "weights", "grads", "optimizer", "activations", "buffers"
+    );
     for (label, degrees, memory) in cases {
         let report = launch(&plan(dir.path(), &spec_path(spec), label, degrees));
+        print_ratio_row(label, &report);
         assert_close(label, &losses(&report), &reference);
+        assert_total(label, &report);
         match memory {
-            Memory::Agrees => assert_memory(label, &report),
+            Memory::Agrees => assert_states(label, &report),
             Memory::AgreesWithoutDropout => {
-                assert_memory(label, &report);
+                assert_states(label, &report);
                 assert_activations_without_dropout(label, &report, degrees);
             }
-            Memory::Differs(reason) => assert!(!reason.is_empty()),
+            Memory::StatesDiffer(reason) => assert!(!reason.is_empty()),
         }
     }
 }
 
-fn assert_memory(label: &str, report: &Value) {
+fn assert_states(label: &str, report: &Value) {
     for component in ["weights", "grads", "optimizer"] {
         let e = worst_relative(report, component);
         assert!(e <= 0.01, "{label} {component}: {e:.3}");
     }
-    let e = worst_total(report);
-    assert!(e <= 0.15, "{label} total: {e:.3}");
+}
+
+fn assert_total(label: &str, report: &Value) {
+    let (lo, hi) = ratios(report)[0];
+    assert!(
+        lo >= TOTAL_BAND.0 && hi <= TOTAL_BAND.1,
+        "{label}: measured/predicted total {lo:.3}–{hi:.3} outside {TOTAL_BAND:?}"
+    );
 }
 
 fn degree(degrees: &[&str], flag: &str) -> f64 {

@@ -298,7 +298,8 @@ impl<'a, B: Backend> Rank<'a, B> {
         vec![format!("layers.{layer}"), format!("layers.{layer}.experts")]
     }
 
-    /// ZeRO-3: all-gather the full parameters of these groups before use.
+    /// ZeRO-3: all-gather the full parameters of these groups just before use; they are
+    /// counted as buffers (the cost model's gathered layers) until [`Self::release`].
     fn materialize(&mut self, names: &[String]) -> Result<(), RuntimeError> {
         if self.zero() < 3 {
             return Ok(());
@@ -308,7 +309,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             let shard = g.shard.as_ref().expect("ZeRO-3 keeps a shard");
             let full = self.b.all_gather(g.spec.replication, shard)?;
             self.memory
-                .alloc(MemoryCategory::Weights, (g.len * 4) as u64);
+                .alloc(MemoryCategory::Buffers, (g.len * 4) as u64);
             self.unflatten(gi, &full);
         }
         Ok(())
@@ -324,7 +325,7 @@ impl<'a, B: Backend> Rank<'a, B> {
                 self.values.remove(&p.name);
             }
             self.memory
-                .free(MemoryCategory::Weights, (self.groups[gi].len * 4) as u64);
+                .free(MemoryCategory::Buffers, (self.groups[gi].len * 4) as u64);
         }
     }
 
@@ -340,22 +341,36 @@ impl<'a, B: Backend> Rank<'a, B> {
             cp_index: self.coords.cp as usize,
             batch: plan.microbatch as usize,
             seq_chunk: (plan.seq_len / plan.cp) as usize,
+            chunk_len: (plan.seq_len / plan.cp_chunks()) as usize,
+            cp_next_rank: self.cp_neighbour(1),
+            cp_prev_rank: self.cp_neighbour(plan.cp - 1),
         }
     }
 
-    /// Inputs and targets of micro-batch `mb` on this rank, batch-major over its positions.
+    /// Global rank of the context rank `step` places further along the ring.
+    fn cp_neighbour(&self, step: u64) -> usize {
+        let c = &self.coords;
+        let cp = (c.cp + step) % self.setup.plan.cp;
+        self.mesh.rank_of(c.pp, c.dp, cp, c.tp) as usize
+    }
+
+    /// Inputs and targets of micro-batch `mb` on this rank: per context chunk it holds, the
+    /// chunk of every sequence (chunk-major, then batch-major; see [`Env::chunk_len`]).
     fn microbatch_tokens(&self, mb: u64) -> (Vec<u32>, Vec<u32>) {
         let plan = self.setup.plan;
+        let env = self.env();
         let per_replica = plan.microbatch * plan.microbatches;
-        let sc = (plan.seq_len / plan.cp) as usize;
-        let start = self.coords.cp as usize * sc;
+        let len = env.chunk_len;
         let mut inputs = Vec::new();
         let mut targets = Vec::new();
-        for i in 0..plan.microbatch {
-            let index = self.coords.dp * per_replica + mb * plan.microbatch + i;
-            let seq = self.setup.stream.sequence(self.step, index as usize);
-            inputs.extend_from_slice(&seq[start..start + sc]);
-            targets.extend_from_slice(&seq[start + 1..start + sc + 1]);
+        for chunk in env.chunks() {
+            let start = chunk * len;
+            for i in 0..plan.microbatch {
+                let index = self.coords.dp * per_replica + mb * plan.microbatch + i;
+                let seq = self.setup.stream.sequence(self.step, index as usize);
+                inputs.extend_from_slice(&seq[start..start + len]);
+                targets.extend_from_slice(&seq[start + 1..start + len + 1]);
+            }
         }
         (inputs, targets)
     }
@@ -513,12 +528,16 @@ impl<'a, B: Backend> Rank<'a, B> {
         Ok(())
     }
 
+    fn ctx_bytes(&self, ctx: &BlockCtx<B::Tensor>) -> u64 {
+        ctx.tensors().iter().map(|t| self.b.bytes(t)).sum()
+    }
+
     fn pieces_bytes(&self, pieces: &[Piece<B::Tensor>]) -> u64 {
         pieces
             .iter()
             .map(|p| match p {
                 Piece::Embed(_) => 0,
-                Piece::Block(_, c) => c.tensors().iter().map(|t| self.b.bytes(t)).sum(),
+                Piece::Block(_, c) => self.ctx_bytes(c),
                 Piece::Head(c) => c.tensors().iter().map(|t| self.b.bytes(t)).sum(),
             })
             .sum()
@@ -541,7 +560,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             )
         };
         for piece in pieces.into_iter().rev() {
-            match piece {
+            let names = match piece {
                 Piece::Head(ctx) => {
                     let names = vec!["head".to_string(), "embedding".to_string()];
                     self.materialize(&names)?;
@@ -551,7 +570,7 @@ impl<'a, B: Backend> Rank<'a, B> {
                         &mut self.grads,
                         &ctx,
                     )?);
-                    self.release(&names);
+                    names
                 }
                 Piece::Block(layer, ctx) => {
                     let names = Self::layer_group_names(layer);
@@ -559,6 +578,12 @@ impl<'a, B: Backend> Rank<'a, B> {
                     let d = dx
                         .take()
                         .ok_or_else(|| missing("output gradient", mb, chunk))?;
+                    // A fully recomputed layer holds its whole activations again until its
+                    // backward is done (the stash already counts its input).
+                    let kept = self.ctx_bytes(&ctx);
+                    let ctx = block::recompute(&env, &self.values, layer, ctx)?;
+                    let rebuilt = self.ctx_bytes(&ctx) - kept;
+                    self.memory.alloc(MemoryCategory::Activations, rebuilt);
                     dx = Some(block::backward(
                         &env,
                         &self.values,
@@ -567,7 +592,8 @@ impl<'a, B: Backend> Rank<'a, B> {
                         ctx,
                         &d,
                     )?);
-                    self.release(&names);
+                    self.memory.free(MemoryCategory::Activations, rebuilt);
+                    names
                 }
                 Piece::Embed(ctx) => {
                     let names = vec!["embedding".to_string()];
@@ -576,8 +602,23 @@ impl<'a, B: Backend> Rank<'a, B> {
                         .take()
                         .ok_or_else(|| missing("output gradient", mb, chunk))?;
                     embedding::backward(&env, &self.values, &mut self.grads, &ctx, &d)?;
-                    self.release(&names);
+                    names
                 }
+            };
+            self.track_gradient_bytes();
+            self.release(&names);
+            if self.zero() >= 2 {
+                // The head's backward also produces the tied embedding's gradient when both
+                // live here; that group is reduced after the embedding's own backward.
+                let own = if names[0] == "head" {
+                    &names[..1]
+                } else {
+                    &names[..]
+                };
+                for gi in self.group_indices(own) {
+                    self.scatter_microbatch_gradients(gi)?;
+                }
+                self.track_gradient_bytes();
             }
         }
         self.memory.free(MemoryCategory::Activations, bytes);
@@ -585,43 +626,122 @@ impl<'a, B: Backend> Rank<'a, B> {
             let d = dx.ok_or_else(|| missing("input gradient", mb, chunk))?;
             self.grad_outbox.insert((mb, chunk), d);
         }
+        Ok(())
+    }
+
+    /// Accounts the unreduced gradients held per parameter: the accumulated local gradients
+    /// (ZeRO 0–1, until the step's reduction), or with ZeRO 2–3 one piece's gradients until
+    /// their reduce-scatter (a buffer: only the shard stays).
+    fn track_gradient_bytes(&mut self) {
+        let category = if self.zero() >= 2 {
+            MemoryCategory::Buffers
+        } else {
+            MemoryCategory::Grads
+        };
         let now: u64 = self.grads.map.values().map(|t| self.b.bytes(t)).sum();
         if now > self.grad_bytes {
-            self.memory
-                .alloc(MemoryCategory::Grads, now - self.grad_bytes);
-            self.grad_bytes = now;
+            self.memory.alloc(category, now - self.grad_bytes);
+        } else {
+            self.memory.free(category, self.grad_bytes - now);
+        }
+        self.grad_bytes = now;
+    }
+
+    /// Whether a parameter's gradient is summed with a tied copy on another pipeline stage.
+    fn is_tied_copy(&self, p: &ParamSpec) -> bool {
+        self.setup.model.tie_embeddings && self.setup.plan.pp > 1 && p.name == "embedding.weight"
+    }
+
+    /// Sums the gradients of the group's parameters that several tensor ranks share: blocks
+    /// replicated over `tp_replicas` ranks, and parameters used on sequence shards.
+    fn sum_over_tensor_group(&mut self, gi: usize) -> Result<(), RuntimeError> {
+        let b = self.b;
+        let plan = self.setup.plan;
+        for p in self.groups[gi].spec.params.clone() {
+            if p.tp_replicas > 1 {
+                self.sum_over_replicas(&p)?;
+            }
+            if plan.sequence_parallel && plan.tp > 1 && p.sp_partial {
+                let (rows, cols) = p.local_shape();
+                let g = self
+                    .grads
+                    .map
+                    .remove(&p.name)
+                    .unwrap_or_else(|| b.zeros(rows, cols));
+                let g = b.all_reduce(GroupKind::Tensor, &g)?;
+                self.grads.map.insert(p.name.clone(), g);
+            }
+        }
+        Ok(())
+    }
+
+    /// ZeRO 2–3: reduce-scatters one micro-batch's gradients of a group over its replicas as
+    /// soon as the group's backward is done, and adds them into this rank's shard, so that
+    /// only the shard outlives the piece. A tied embedding copy on another stage is summed
+    /// with it at the step's reduction instead (the other stage gets there at another time),
+    /// so its gradient stays whole until then.
+    fn scatter_microbatch_gradients(&mut self, gi: usize) -> Result<(), RuntimeError> {
+        let b = self.b;
+        self.sum_over_tensor_group(gi)?;
+        let tied_names: Vec<String> = self.groups[gi]
+            .spec
+            .params
+            .iter()
+            .filter(|p| self.is_tied_copy(p))
+            .map(|p| p.name.clone())
+            .collect();
+        let tied: Vec<(String, B::Tensor)> = tied_names
+            .into_iter()
+            .filter_map(|name| self.grads.map.remove(&name).map(|t| (name, t)))
+            .collect();
+        let g = &self.groups[gi];
+        let flat = self.flatten(g, true)?;
+        for p in &g.spec.params {
+            self.grads.map.remove(&p.name);
+        }
+        self.grads.map.extend(tied);
+        let shard = b.reduce_scatter(g.spec.replication, &flat)?;
+        self.add_to_reduced(gi, &shard);
+        Ok(())
+    }
+
+    fn add_to_reduced(&mut self, gi: usize, shard: &B::Tensor) {
+        match self.groups[gi].reduced.as_mut() {
+            Some(acc) => self.b.add_assign(acc, shard),
+            None => {
+                self.memory
+                    .alloc(MemoryCategory::Grads, self.b.bytes(shard));
+                self.groups[gi].reduced = Some(shard.clone());
+            }
+        }
+    }
+
+    /// Sums the tied embedding's gradient with its copy on the other end of the pipeline.
+    fn sum_tied_copies(&mut self, gi: usize) -> Result<(), RuntimeError> {
+        let b = self.b;
+        for p in self.groups[gi].spec.params.clone() {
+            if self.is_tied_copy(&p) {
+                let (rows, cols) = p.local_shape();
+                let g = self
+                    .grads
+                    .map
+                    .remove(&p.name)
+                    .unwrap_or_else(|| b.zeros(rows, cols));
+                let g = b.all_reduce(GroupKind::Embedding, &g)?;
+                self.grads.map.insert(p.name.clone(), g);
+            }
         }
         Ok(())
     }
 
     fn reduce_gradients(&mut self) -> Result<(), RuntimeError> {
+        if self.zero() >= 2 {
+            return self.finish_scattered_gradients();
+        }
         let b = self.b;
-        let plan = self.setup.plan;
-        let model = self.setup.model;
         for gi in 0..self.groups.len() {
-            for p in self.groups[gi].spec.params.clone() {
-                let needs_tp = plan.sequence_parallel && plan.tp > 1 && p.sp_partial;
-                let needs_tie = model.tie_embeddings && plan.pp > 1 && p.name == "embedding.weight";
-                if p.tp_replicas > 1 {
-                    self.sum_over_replicas(&p)?;
-                }
-                if !needs_tp && !needs_tie {
-                    continue;
-                }
-                let (rows, cols) = p.local_shape();
-                let mut g = self
-                    .grads
-                    .map
-                    .remove(&p.name)
-                    .unwrap_or_else(|| b.zeros(rows, cols));
-                if needs_tp {
-                    g = b.all_reduce(GroupKind::Tensor, &g)?;
-                }
-                if needs_tie {
-                    g = b.all_reduce(GroupKind::Embedding, &g)?;
-                }
-                self.grads.map.insert(p.name.clone(), g);
-            }
+            self.sum_over_tensor_group(gi)?;
+            self.sum_tied_copies(gi)?;
             let g = &self.groups[gi];
             let flat = self.flatten(g, true)?;
             // The group's gradients now live in the flat buffer (Megatron accumulates into it
@@ -635,17 +755,40 @@ impl<'a, B: Backend> Rank<'a, B> {
             let released = released.min(self.grad_bytes);
             self.memory.free(MemoryCategory::Grads, released);
             self.grad_bytes -= released;
-            let reduced = if self.zero() >= 2 {
-                b.reduce_scatter(g.spec.replication, &flat)?
-            } else {
-                b.all_reduce(g.spec.replication, &flat)?
-            };
+            let reduced = b.all_reduce(g.spec.replication, &flat)?;
             self.memory.alloc(MemoryCategory::Grads, b.bytes(&reduced));
             self.groups[gi].reduced = Some(reduced);
         }
         self.grads.map.clear();
         self.memory.free(MemoryCategory::Grads, self.grad_bytes);
         self.grad_bytes = 0;
+        Ok(())
+    }
+
+    /// ZeRO 2–3 at the step's reduction: the micro-batches' shards are already summed; what is
+    /// left is the tied embedding's gradient, summed with its copy and then scattered into
+    /// the shards like the rest.
+    fn finish_scattered_gradients(&mut self) -> Result<(), RuntimeError> {
+        let b = self.b;
+        for gi in 0..self.groups.len() {
+            let g = &self.groups[gi];
+            if g.spec.params.iter().any(|p| self.is_tied_copy(p)) {
+                self.sum_tied_copies(gi)?;
+                self.track_gradient_bytes();
+                let g = &self.groups[gi];
+                let flat = self.flatten(g, true)?;
+                for p in &g.spec.params {
+                    self.grads.map.remove(&p.name);
+                }
+                let shard = b.reduce_scatter(g.spec.replication, &flat)?;
+                self.add_to_reduced(gi, &shard);
+                self.track_gradient_bytes();
+            } else if g.reduced.is_none() {
+                let replicas = b.group_size(g.spec.replication);
+                let zeros = b.zeros(g.padded / replicas, 1);
+                self.add_to_reduced(gi, &zeros);
+            }
+        }
         Ok(())
     }
 

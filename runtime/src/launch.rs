@@ -48,8 +48,10 @@ pub struct RankMemory {
     pub rank: usize,
     /// Device bytes per category, each category's own peak.
     pub device: MemoryBreakdown,
-    /// Peak of the device total.
+    /// Peak of weights + gradients + optimizer states + activations on the device.
     pub device_total: u64,
+    /// Peak of everything on the device, the transient ZeRO-2/3 buffers included.
+    pub device_total_with_buffers: u64,
     /// Host bytes (offloaded state) per category.
     pub host: MemoryBreakdown,
 }
@@ -234,12 +236,14 @@ fn report(
             let MemoryPeaks {
                 device,
                 device_total,
+                device_total_with_buffers,
                 host,
             } = o.peaks;
             RankMemory {
                 rank: o.rank,
                 device,
                 device_total,
+                device_total_with_buffers,
                 host,
             }
         })

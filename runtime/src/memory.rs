@@ -8,9 +8,13 @@ pub enum MemoryCategory {
     Grads,
     Optimizer,
     Activations,
+    /// Transient full-size copies that ZeRO-2/3 keep only while one layer is in use: the
+    /// gathered ZeRO-3 weights and a layer's unsharded gradients before their reduce-scatter.
+    /// The cost model counts these under its buffers, apart from its four state components.
+    Buffers,
 }
 
-const CATEGORIES: usize = 4;
+const CATEGORIES: usize = 5;
 
 impl MemoryCategory {
     fn index(self) -> usize {
@@ -25,9 +29,12 @@ pub struct MemoryBreakdown {
     pub grads: u64,
     pub optimizer: u64,
     pub activations: u64,
+    pub buffers: u64,
 }
 
 impl MemoryBreakdown {
+    /// Weights, gradients, optimizer states and activations: the components the cost model
+    /// predicts one by one (buffers are left out).
     pub fn total(&self) -> u64 {
         self.weights + self.grads + self.optimizer + self.activations
     }
@@ -38,16 +45,21 @@ impl MemoryBreakdown {
             grads: a[1],
             optimizer: a[2],
             activations: a[3],
+            buffers: a[4],
         }
     }
 }
 
 /// Peaks of one rank: device bytes per category (each category's own peak), the peak of the
-/// device total, and the peak of host bytes (offloaded state).
+/// device total without and with the transient buffers, and the peak of host bytes
+/// (offloaded state).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryPeaks {
     pub device: MemoryBreakdown,
+    /// Peak of weights + gradients + optimizer states + activations.
     pub device_total: u64,
+    /// Peak of everything on the device, buffers included.
+    pub device_total_with_buffers: u64,
     pub host: MemoryBreakdown,
 }
 
@@ -60,14 +72,17 @@ pub struct MemoryTracker {
     peak_device: [u64; CATEGORIES],
     peak_host: [u64; CATEGORIES],
     peak_total: u64,
+    peak_total_with_buffers: u64,
     offload: [f64; CATEGORIES],
 }
 
 impl MemoryTracker {
-    /// `offload` holds the fractions moved to host for weights, grads, optimizer, activations.
-    pub fn new(offload: [f64; CATEGORIES]) -> Self {
+    /// `offload` holds the fractions moved to host for weights, grads, optimizer, activations;
+    /// buffers are never offloaded.
+    pub fn new(offload: [f64; 4]) -> Self {
+        let [w, g, o, a] = offload;
         MemoryTracker {
-            offload,
+            offload: [w, g, o, a, 0.0],
             ..Default::default()
         }
     }
@@ -84,7 +99,10 @@ impl MemoryTracker {
         self.host[i] += host;
         self.peak_device[i] = self.peak_device[i].max(self.device[i]);
         self.peak_host[i] = self.peak_host[i].max(self.host[i]);
-        self.peak_total = self.peak_total.max(self.device.iter().sum());
+        let buffers = MemoryCategory::Buffers.index();
+        let with_buffers: u64 = self.device.iter().sum();
+        self.peak_total = self.peak_total.max(with_buffers - self.device[buffers]);
+        self.peak_total_with_buffers = self.peak_total_with_buffers.max(with_buffers);
     }
 
     pub fn free(&mut self, category: MemoryCategory, bytes: u64) {
@@ -102,6 +120,7 @@ impl MemoryTracker {
         MemoryPeaks {
             device: MemoryBreakdown::from_array(self.peak_device),
             device_total: self.peak_total,
+            device_total_with_buffers: self.peak_total_with_buffers,
             host: MemoryBreakdown::from_array(self.peak_host),
         }
     }
@@ -125,5 +144,10 @@ mod tests {
         assert_eq!(p.host.optimizer, 100);
         assert_eq!(p.device_total, 200);
         assert_eq!(m.live().activations, 0);
+        m.alloc(MemoryCategory::Buffers, 1000);
+        let p = m.peaks();
+        assert_eq!(p.device.buffers, 1000);
+        assert_eq!(p.device_total, 200);
+        assert_eq!(p.device_total_with_buffers, 1200);
     }
 }

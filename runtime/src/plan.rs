@@ -128,6 +128,16 @@ impl ExecutionPlan {
         self.dp * self.tp * self.pp * self.cp
     }
 
+    /// Chunks the sequence is cut into for context parallelism: `2·cp` (each context rank
+    /// holds two, for causal load balance), or the whole sequence without it.
+    pub fn cp_chunks(&self) -> u64 {
+        if self.cp > 1 {
+            2 * self.cp
+        } else {
+            1
+        }
+    }
+
     pub fn global_batch(&self) -> u64 {
         self.dp * self.microbatch * self.microbatches
     }
@@ -209,7 +219,12 @@ impl ExecutionPlan {
             "tp",
             self.tp,
         )?;
-        divides("sequence length", self.seq_len, "cp", self.cp)?;
+        divides(
+            "sequence length",
+            self.seq_len,
+            "2·cp (two chunks per context rank)",
+            self.cp_chunks(),
+        )?;
         if self.sequence_parallel {
             divides(
                 "tokens per micro-batch and context rank",

@@ -300,7 +300,8 @@ pub fn scale_plan(plan: &Plan, factor: f64) -> Result<ScaledPlan, RuntimeError> 
     let full = ExecutionPlan::from_plan(plan)?;
     let c = &plan.config;
     let model = scale_model(&plan.spec.model, factor, min_layers(plan));
-    let split = c.cp * if c.sequence_parallel { c.tp } else { 1 };
+    let cp_chunks = if c.cp > 1 { 2 * c.cp } else { 1 };
+    let split = cp_chunks * if c.sequence_parallel { c.tp } else { 1 };
     let seq_len = if factor == 1.0 {
         plan.seq_len
     } else {

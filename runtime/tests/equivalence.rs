@@ -258,6 +258,23 @@ fn cp2_learned_positions() {
     assert_same_training(&gelu_layernorm(), base().cp(2).mb(4));
 }
 
+/// Ring attention over four context ranks: blocks pass three times, and each rank's queries
+/// see a different number of earlier blocks.
+#[test]
+fn cp4_ring() {
+    assert_same_training(&swiglu_rmsnorm(), base().cp(4).mb(2));
+}
+
+/// Selective recompute under ring attention rebuilds each block's probabilities from the
+/// merged log-sum-exp.
+#[test]
+fn cp4_ring_selective_recompute_tp2() {
+    assert_same_training(
+        &gelu_layernorm(),
+        base().cp(4).tp(2).mb(2).recompute(Recompute::Selective),
+    );
+}
+
 #[test]
 fn ep2_with_dp2() {
     assert_same_training(&moe_swiglu(), base().dp(2).ep(2).mb(2));

@@ -130,6 +130,69 @@ fn activations_and_norms() {
     }
 }
 
+/// Two key/value blocks merged with the online softmax give the one-call causal attention,
+/// and the blocks' backward against the merged output gives its gradients.
+#[test]
+fn blockwise_attention_equals_one_call() {
+    let b = backend();
+    let full = AttentionShape {
+        batch: 2,
+        q_len: 3,
+        kv_len: 6,
+        q_offset: 3,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 3,
+    };
+    let block = AttentionShape { kv_len: 3, ..full };
+    let q = random("q", 6, 12, 1.0);
+    let k = random("k", 12, 6, 1.0);
+    let v = random("v", 12, 6, 1.0);
+    let r = random("r", 6, 12, 1.0);
+    // Keys of each sequence in two blocks of three: positions 0..3 (seen whole by queries at
+    // 3..6) and 3..6 (seen causally).
+    let half = |t: &CpuTensor, which: usize| {
+        let parts: Vec<CpuTensor> = (0..2)
+            .map(|seq| b.slice_rows(t, seq * 6 + which * 3, seq * 6 + which * 3 + 3))
+            .collect();
+        b.concat_rows(&parts.iter().collect::<Vec<_>>())
+    };
+    let (k0, v0, k1, v1) = (half(&k, 0), half(&v, 0), half(&k, 1), half(&v, 1));
+    let (o0, p0, l0) = b.attention_block(block, &q, &k0, &v0);
+    let own = AttentionShape {
+        q_offset: 0,
+        ..block
+    };
+    let (o1, p1, l1) = b.attention_block(own, &q, &k1, &v1);
+    let (out, lse) = b.attention_merge(block, (&o1, &l1), (&o0, &l0));
+    let (want, probs) = b.attention(full, &q, &k, &v);
+    let close = |got: &CpuTensor, want: &CpuTensor, what: &str| {
+        let err = got
+            .data
+            .iter()
+            .zip(&want.data)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(err < 1e-5, "{what}: {err}");
+    };
+    close(&out, &want, "merged output");
+    let p0 = b.attention_rescale(block, &p0, &l0, &lse);
+    let p1 = b.attention_rescale(own, &p1, &l1, &lse);
+    close(
+        &b.attention_block_probs(own, &q, &k1, &lse),
+        &p1,
+        "recomputed probabilities",
+    );
+    let (dq, dk, dv) = b.attention_backward(full, &q, &k, &v, &probs, &r);
+    let (dq0, dk0, dv0) = b.attention_block_backward(block, &q, &k0, &v0, &p0, &out, &r);
+    let (dq1, dk1, dv1) = b.attention_block_backward(own, &q, &k1, &v1, &p1, &out, &r);
+    close(&b.add(&dq0, &dq1), &dq, "dq");
+    close(&dk0, &half(&dk, 0), "dk of the earlier block");
+    close(&dk1, &half(&dk, 1), "dk of the own block");
+    close(&dv0, &half(&dv, 0), "dv of the earlier block");
+    close(&dv1, &half(&dv, 1), "dv of the own block");
+}
+
 #[test]
 fn causal_grouped_query_attention() {
     let b = backend();
@@ -263,6 +326,9 @@ fn check_block(model: &ModelSpec, layer: u64) {
         cp_index: 0,
         batch: 2,
         seq_chunk: 3,
+        chunk_len: 3,
+        cp_next_rank: 0,
+        cp_prev_rank: 0,
     };
     let x = random("x", 6, 8, 1.0);
     let r = random("r", 6, 8, 1.0);

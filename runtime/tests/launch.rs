@@ -144,7 +144,8 @@ fn plans_that_do_not_fit_the_model_are_errors() {
     assert!(err(s, 4).contains("ZeRO stage 4"));
     let mut s = strategy(1, 1, 1);
     s.cp = 3;
-    assert!(err(s, 4).contains("cp = 3 does not divide sequence length = 8"));
+    assert!(err(s, 4)
+        .contains("2·cp (two chunks per context rank) = 6 does not divide sequence length = 8"));
     let mut s = strategy(1, 2, 1);
     s.stages = Some(vec![2, 1]);
     assert!(err(s, 4).contains("stages hold 3 layers but the model has 2"));

@@ -355,8 +355,10 @@ fn print_table(scaled: &ScaledPlan, report: &LaunchReport, predicted: &[Predicte
         );
     }
     println!(
-        "\nnot measured on the CPU: the prediction's communication, logits and gathered-weight \
-         buffers, fragmentation and CUDA context ({} on stage 0)",
+        "\nbuffers apart from the total: measured, ZeRO-2/3's gathered layers and one piece's \
+         unsharded gradients (peak {} on rank 0); predicted, the communication, logits and \
+         gathered-weight buffers, fragmentation and CUDA context ({} on stage 0)",
+        bytes(report.peak_memory.first().map_or(0, |r| r.device.buffers) as f64),
         bytes(predicted.first().map_or(0.0, |p| p.not_measured))
     );
 }
@@ -387,7 +389,9 @@ fn report_json(scaled: &ScaledPlan, report: &LaunchReport, predicted: &[Predicte
                     "grads": d.grads,
                     "optimizer": d.optimizer,
                     "activations": d.activations,
+                    "buffers": d.buffers,
                 },
+                "peak_memory_with_buffers_bytes": rank.device_total_with_buffers,
                 "predicted": {
                     "weights": p.weights.round() as u64,
                     "grads": p.grads.round() as u64,

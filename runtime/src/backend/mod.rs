@@ -4,6 +4,7 @@
 //! shard them). Model and executor code is written once against this trait; `cpu` is the
 //! implementation that always builds.
 
+pub mod attention_blocks;
 pub mod cpu;
 pub mod shared_memory;
 
@@ -132,6 +133,108 @@ pub trait Backend {
         probs: &Self::Tensor,
         dout: &Self::Tensor,
     ) -> (Self::Tensor, Self::Tensor, Self::Tensor);
+
+    // Blockwise attention, for ring attention over the context group (keys `q_offset`
+    // positions before the queries, see `attention_blocks`). The defaults run on the host
+    // through `to_vec` and `tensor`; a backend may replace them with device kernels.
+    /// Returns the output normalised over this block's keys, the block's probabilities and the
+    /// log-sum-exp of its scores `[batch·q_len, heads]`.
+    fn attention_block(
+        &self,
+        shape: AttentionShape,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+    ) -> (Self::Tensor, Self::Tensor, Self::Tensor) {
+        let (out, probs, lse) =
+            attention_blocks::forward(&shape, &self.to_vec(q), &self.to_vec(k), &self.to_vec(v));
+        let rows = shape.batch * shape.q_len;
+        (
+            self.tensor(out, rows, shape.heads * shape.head_dim),
+            self.tensor(probs, shape.batch * shape.heads * shape.q_len, shape.kv_len),
+            self.tensor(lse, rows, shape.heads),
+        )
+    }
+    /// Merges two partial attentions of the same queries over disjoint keys: `(out, lse)`.
+    fn attention_merge(
+        &self,
+        shape: AttentionShape,
+        a: (&Self::Tensor, &Self::Tensor),
+        b: (&Self::Tensor, &Self::Tensor),
+    ) -> (Self::Tensor, Self::Tensor) {
+        let (out, lse) = attention_blocks::merge(
+            shape.head_dim,
+            &self.to_vec(a.0),
+            &self.to_vec(a.1),
+            &self.to_vec(b.0),
+            &self.to_vec(b.1),
+        );
+        let rows = shape.batch * shape.q_len;
+        (
+            self.tensor(out, rows, shape.heads * shape.head_dim),
+            self.tensor(lse, rows, shape.heads),
+        )
+    }
+    /// A block's probabilities normalised over the block, as a share of the softmax over every
+    /// key (`lse`, the merged log-sum-exp).
+    fn attention_rescale(
+        &self,
+        shape: AttentionShape,
+        probs: &Self::Tensor,
+        lse_block: &Self::Tensor,
+        lse: &Self::Tensor,
+    ) -> Self::Tensor {
+        let mut p = self.to_vec(probs);
+        attention_blocks::rescale(&shape, &mut p, &self.to_vec(lse_block), &self.to_vec(lse));
+        let (rows, cols) = self.shape(probs);
+        self.tensor(p, rows, cols)
+    }
+    /// A block's share of the probabilities recomputed from the merged log-sum-exp.
+    fn attention_block_probs(
+        &self,
+        shape: AttentionShape,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        lse: &Self::Tensor,
+    ) -> Self::Tensor {
+        let p = attention_blocks::probabilities(
+            &shape,
+            &self.to_vec(q),
+            &self.to_vec(k),
+            &self.to_vec(lse),
+        );
+        self.tensor(p, shape.batch * shape.heads * shape.q_len, shape.kv_len)
+    }
+    /// Backward of one block against the merged output `out`: `(dq part, dk, dv)`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_block_backward(
+        &self,
+        shape: AttentionShape,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        probs: &Self::Tensor,
+        out: &Self::Tensor,
+        dout: &Self::Tensor,
+    ) -> (Self::Tensor, Self::Tensor, Self::Tensor) {
+        let (dq, dk, dv) = attention_blocks::backward(
+            &shape,
+            &self.to_vec(q),
+            &self.to_vec(k),
+            &self.to_vec(v),
+            &self.to_vec(probs),
+            &self.to_vec(out),
+            &self.to_vec(dout),
+        );
+        let (q_rows, q_cols) = self.shape(q);
+        let (kv_rows, kv_cols) = self.shape(k);
+        (
+            self.tensor(dq, q_rows, q_cols),
+            self.tensor(dk, kv_rows, kv_cols),
+            self.tensor(dv, kv_rows, kv_cols),
+        )
+    }
+
     /// Rotary position embedding (rotate-half form) of rows `[n, heads·head_dim]`; row `r` sits
     /// at position `offset + r % seq_len`. `inverse` rotates back (the backward).
     fn rope(

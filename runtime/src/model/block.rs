@@ -22,6 +22,22 @@ enum FfnCtx<T> {
     Moe(Box<moe::MoeCtx<T>>),
 }
 
+impl<T: Clone> FfnCtx<T> {
+    fn input(&self) -> &T {
+        match self {
+            FfnCtx::Dense(c) => c.input(),
+            FfnCtx::Moe(c) => c.input(),
+        }
+    }
+
+    fn set_input(&mut self, x: T) {
+        match self {
+            FfnCtx::Dense(c) => c.set_input(x),
+            FfnCtx::Moe(c) => c.set_input(x),
+        }
+    }
+}
+
 pub struct Saved<T> {
     x: T,
     stats1: T,
@@ -113,13 +129,18 @@ fn forward_saved<B: Backend>(
     let b = env.b;
     let p = format!("layers.{layer}");
     let (n1, stats1) = norm(env, values, &format!("{p}.norm1"), x)?;
-    let (attn_partial, attn) = attention::forward(
+    let (attn_partial, mut attn) = attention::forward(
         env,
         values,
         &format!("{p}.attn"),
         &env.gather_tp(&n1)?,
         keep_probs,
     )?;
+    // Sequence parallelism keeps only this rank's shard of the gathered matmul inputs; the
+    // backward gathers them again.
+    if env.sp_active() {
+        attn.set_input(n1);
+    }
     let attn_out = add_bias(
         env,
         values,
@@ -129,13 +150,17 @@ fn forward_saved<B: Backend>(
     let h = b.add(x, &attn_out);
     let (n2, stats2) = norm(env, values, &format!("{p}.norm2"), &h)?;
     let n2_full = env.gather_tp(&n2)?;
-    let (ffn_partial, ffn) = if env.model.is_moe_layer(layer) {
+    let (ffn_partial, mut ffn) = if env.model.is_moe_layer(layer) {
         let (y, c) = moe::forward(env, values, &format!("{p}.moe"), &n2_full)?;
         (y, FfnCtx::Moe(Box::new(c)))
     } else {
         let (y, c) = mlp::forward(env, values, &format!("{p}.mlp"), &n2_full)?;
         (y, FfnCtx::Dense(c))
     };
+    drop(n2_full);
+    if env.sp_active() {
+        ffn.set_input(n2);
+    }
     let ffn_out = add_bias(
         env,
         values,
@@ -171,6 +196,23 @@ pub fn forward<B: Backend>(
     Ok((out, ctx))
 }
 
+/// Full recompute: re-runs the forward of a block that kept only its input, so that its
+/// backward has everything (the caller accounts the layer's rebuilt activations while they
+/// live). A block that kept its activations is returned as it is.
+pub fn recompute<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    layer: u64,
+    ctx: BlockCtx<B::Tensor>,
+) -> Result<BlockCtx<B::Tensor>, RuntimeError> {
+    Ok(match ctx {
+        BlockCtx::Input(x) => {
+            BlockCtx::Saved(Box::new(forward_saved(env, values, layer, &x, true)?.1))
+        }
+        saved => saved,
+    })
+}
+
 pub fn backward<B: Backend>(
     env: &Env<B>,
     values: &Values<B::Tensor>,
@@ -180,10 +222,14 @@ pub fn backward<B: Backend>(
     dout: &B::Tensor,
 ) -> Result<B::Tensor, RuntimeError> {
     let b = env.b;
-    let s = match ctx {
+    let mut s = match ctx {
         BlockCtx::Saved(s) => *s,
         BlockCtx::Input(x) => forward_saved(env, values, layer, &x, true)?.1,
     };
+    if env.sp_active() {
+        let ffn_input = env.gather_tp(s.ffn.input())?;
+        s.ffn.set_input(ffn_input);
+    }
     let p = format!("layers.{layer}");
     let bias_grad = |grads: &mut Grads<B::Tensor>, name: &str, d: &B::Tensor| {
         if values.contains_key(name) {
@@ -210,6 +256,10 @@ pub fn backward<B: Backend>(
         )?,
     );
     bias_grad(grads, &format!("{p}.attn.bo"), &dh);
+    if env.sp_active() {
+        let attn_input = env.gather_tp(s.attn.input())?;
+        s.attn.set_input(attn_input);
+    }
     let dattn_full = env.gather_tp(&dh)?;
     let dn1_partial = attention::backward(
         env,

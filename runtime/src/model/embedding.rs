@@ -56,9 +56,7 @@ pub fn forward<B: Backend>(
             } else {
                 0
             };
-            let pos: Vec<usize> = (start..start + local)
-                .map(|i| env.position_offset() + i % env.seq_chunk)
-                .collect();
+            let pos: Vec<usize> = (start..start + local).map(|i| env.position(i)).collect();
             b.add_assign(&mut x, &b.gather_rows(table, &pos));
             Some(pos)
         }

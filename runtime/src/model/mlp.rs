@@ -17,8 +17,26 @@ pub struct MlpCtx<T> {
 }
 
 impl<T> MlpCtx<T> {
+    /// The input the backward multiplies with. Under sequence parallelism the block swaps in
+    /// this rank's sequence shard after the forward and the all-gathered input again before
+    /// the backward, so the full input is not kept in between (as Megatron does).
+    pub fn input(&self) -> &T {
+        &self.x
+    }
+
+    pub fn set_input(&mut self, x: T) {
+        self.x = x;
+    }
+
     pub fn tensors(&self) -> Vec<&T> {
-        let mut v = vec![&self.x, &self.pre, &self.act];
+        let mut v = vec![&self.x];
+        v.extend(self.tensors_besides_input());
+        v
+    }
+
+    /// What the MLP keeps apart from its input, for callers that keep the input themselves.
+    pub fn tensors_besides_input(&self) -> Vec<&T> {
+        let mut v = vec![&self.pre, &self.act];
         v.extend(self.up.as_ref());
         v
     }

@@ -60,9 +60,20 @@ pub struct Env<'a, B: Backend> {
     pub cp_index: usize,
     /// Sequences in the micro-batch.
     pub batch: usize,
-    /// Sequence positions this context-parallel rank holds.
+    /// Sequence positions this context-parallel rank holds (all its chunks).
     pub seq_chunk: usize,
+    /// Length of one context chunk: the sequence is cut into `2·cp` chunks and context rank
+    /// `r` holds chunks `r` and `2cp − 1 − r` (Megatron's split: every rank then has the same
+    /// share of causal attention work); without context parallelism one chunk, the sequence.
+    /// A rank's tokens are chunk-major: its first chunk's sequences, then its second's.
+    pub chunk_len: usize,
+    /// Global ranks of the next and the previous member of the context group (ring order).
+    pub cp_next_rank: usize,
+    pub cp_prev_rank: usize,
 }
+
+/// Tag of ring-attention messages; pipeline messages use the bits below 63.
+const CP_RING_TAG: u64 = 1 << 63;
 
 impl<B: Backend> Env<'_, B> {
     /// Tokens of one micro-batch on this context rank (before sequence-parallel sharding).
@@ -70,7 +81,8 @@ impl<B: Backend> Env<'_, B> {
         self.batch * self.seq_chunk
     }
 
-    fn sp_active(&self) -> bool {
+    /// Whether sequence parallelism shards the tokens between blocks (it needs `tp > 1`).
+    pub fn sp_active(&self) -> bool {
         self.sequence_parallel && self.tp > 1
     }
 
@@ -105,43 +117,53 @@ impl<B: Backend> Env<'_, B> {
         }
     }
 
-    /// All-gathers keys or values over the context group into batch-major full sequences.
-    pub fn gather_cp(&self, x: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
-        if self.cp == 1 {
-            return Ok(x.clone());
-        }
-        let all = self.b.all_gather(GroupKind::Context, x)?;
-        let sc = self.seq_chunk;
-        let mut parts = Vec::with_capacity(self.batch * self.cp);
-        for b in 0..self.batch {
-            for c in 0..self.cp {
-                let start = (c * self.batch + b) * sc;
-                parts.push(self.b.slice_rows(&all, start, start + sc));
-            }
-        }
-        Ok(self.b.concat_rows(&parts.iter().collect::<Vec<_>>()))
+    /// Passes a tensor one step around the context ring: sends it to the next context rank
+    /// and returns what the previous one sent. Sends never block, so every rank sending
+    /// first cannot deadlock; messages between two ranks arrive in the order they were sent.
+    pub fn pass_around_cp_ring(&self, t: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
+        self.b.send(self.cp_next_rank, CP_RING_TAG, t)?;
+        self.b.recv(self.cp_prev_rank, CP_RING_TAG)
     }
 
-    /// Backward of [`Self::gather_cp`]: sums the full-sequence gradients over the context
-    /// group and keeps this rank's positions.
-    pub fn scatter_cp(&self, dx: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
-        if self.cp == 1 {
-            return Ok(dx.clone());
+    /// Indices of the sequence chunks this rank holds, in its token order.
+    pub fn chunks(&self) -> Vec<usize> {
+        if self.cp > 1 {
+            vec![self.cp_index, 2 * self.cp - 1 - self.cp_index]
+        } else {
+            vec![0]
         }
-        let sc = self.seq_chunk;
-        let mut parts = Vec::with_capacity(self.batch * self.cp);
-        for c in 0..self.cp {
-            for b in 0..self.batch {
-                let start = (b * self.cp + c) * sc;
-                parts.push(self.b.slice_rows(dx, start, start + sc));
-            }
-        }
-        let ordered = self.b.concat_rows(&parts.iter().collect::<Vec<_>>());
-        self.b.reduce_scatter(GroupKind::Context, &ordered)
     }
 
-    /// Position of the first token this context rank holds in each sequence.
-    pub fn position_offset(&self) -> usize {
-        self.cp_index * self.seq_chunk
+    /// Tokens of one chunk in a micro-batch.
+    pub fn chunk_tokens(&self) -> usize {
+        self.batch * self.chunk_len
+    }
+
+    /// Sequence position of this rank's token `i` (before sequence-parallel sharding).
+    pub fn position(&self, i: usize) -> usize {
+        let chunk = self.chunks()[i / self.chunk_tokens()];
+        chunk * self.chunk_len + i % self.chunk_len
+    }
+
+    /// Rotary embedding of rows in this rank's token order, chunk by chunk.
+    pub fn rope(&self, x: &B::Tensor, inverse: bool) -> B::Tensor {
+        let head_dim = self.model.head_dim as usize;
+        let n = self.chunk_tokens();
+        let parts: Vec<B::Tensor> = self
+            .chunks()
+            .iter()
+            .enumerate()
+            .map(|(j, &chunk)| {
+                let rows = self.b.slice_rows(x, j * n, (j + 1) * n);
+                self.b.rope(
+                    &rows,
+                    head_dim,
+                    self.chunk_len,
+                    chunk * self.chunk_len,
+                    inverse,
+                )
+            })
+            .collect();
+        self.b.concat_rows(&parts.iter().collect::<Vec<_>>())
     }
 }

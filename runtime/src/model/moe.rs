@@ -24,11 +24,30 @@ pub struct MoeCtx<T> {
     shared: Option<mlp::MlpCtx<T>>,
 }
 
+impl<T: Clone> MoeCtx<T> {
+    /// The router's (and the shared experts') input; see [`mlp::MlpCtx::input`] for why the
+    /// block swaps it.
+    pub fn input(&self) -> &T {
+        &self.x
+    }
+
+    pub fn set_input(&mut self, x: T) {
+        if let Some(shared) = self.shared.as_mut() {
+            shared.set_input(x.clone());
+        }
+        self.x = x;
+    }
+}
+
 impl<T> MoeCtx<T> {
     pub fn tensors(&self) -> Vec<&T> {
         let mut v = vec![&self.x, &self.outputs];
-        for c in self.expert_ctx.iter().chain(self.shared.iter()) {
+        for c in &self.expert_ctx {
             v.extend(c.tensors());
+        }
+        // The shared experts read the same input as the router, held once.
+        if let Some(shared) = &self.shared {
+            v.extend(shared.tensors_besides_input());
         }
         v
     }
