@@ -115,19 +115,17 @@ fn worst_relative(report: &Value, component: &str) -> f64 {
 /// activations) is within [`TOTAL_BAND`] of the predicted four on every rank.
 #[derive(Clone, Copy)]
 enum Memory {
-    /// Weights, gradients and optimizer states are also equal byte counts (within 1%).
+    /// Weights, gradients and optimizer states are equal byte counts (within 1%) and the
+    /// activations are within [`ACTIVATION_BAND`].
     Agrees,
-    /// Like `Agrees`, and with one pipeline stage the activations are within 5% of the
-    /// prediction once its dropout masks and outputs (Megatron trains with dropout; this
-    /// runtime has none) are taken out: see [`dropout_bytes`]. Not for context parallelism
-    /// (ring attention keeps the probabilities of the chunk pairs a rank's queries see, about
-    /// half; the model counts every query against the whole sequence) nor for experts (the
-    /// tokens each rank's experts receive depend on the routing; the model assumes
-    /// `top_k · capacity_factor` per token).
-    AgreesWithoutDropout,
-    /// The states differ by a cost-model error named here; only the total is asserted.
+    /// The states agree; the activations depend on what is named here.
+    StatesAgree(&'static str),
+    /// The states differ by a cost-model simplification named here; only the total is asserted.
     StatesDiffer(&'static str),
 }
+
+/// Relative error allowed on the activations of [`Memory::Agrees`] cases.
+const ACTIVATION_BAND: f64 = 0.10;
 
 /// Measured over predicted peak of the four components, on every rank.
 const TOTAL_BAND: (f64, f64) = (0.85, 1.15);
@@ -152,14 +150,14 @@ const DENSE: &[Case] = &[
     ),
     ("cp2-tp2-dp2", &["--cp", "2", "--tp", "2"], Memory::Agrees),
     ("cp4-dp2", &["--cp", "4"], Memory::Agrees),
-    ("dp8-zero1", &["--zero", "1"], Memory::AgreesWithoutDropout),
-    ("dp8-zero2", &["--zero", "2"], Memory::AgreesWithoutDropout),
+    ("dp8-zero1", &["--zero", "1"], Memory::Agrees),
+    ("dp8-zero2", &["--zero", "2"], Memory::Agrees),
     (
         "tp2-sp-dp4",
         &["--tp", "2", "--sequence-parallel", "true"],
-        Memory::AgreesWithoutDropout,
+        Memory::Agrees,
     ),
-    ("tp2-dp4", &["--tp", "2"], Memory::AgreesWithoutDropout),
+    ("tp2-dp4", &["--tp", "2"], Memory::Agrees),
     (
         "cp2-tp2-pp2-selective",
         &[
@@ -182,29 +180,33 @@ const DENSE: &[Case] = &[
     (
         "zero3-tp2-sp-dp4",
         &["--zero", "3", "--tp", "2", "--sequence-parallel", "true"],
-        Memory::AgreesWithoutDropout,
+        Memory::Agrees,
     ),
     (
         "pp4-interleaved-dp2-full",
         &["--pp", "4", "--interleave", "2", "--recompute", "full"],
-        Memory::Agrees,
+        Memory::StatesAgree(
+            "full recompute: the runtime frees a rebuilt layer's pieces as its backward \
+             consumes them, the model holds the whole layer while it is rebuilt",
+        ),
     ),
     (
         "tp4-sp-dp2-zero2",
         &["--tp", "4", "--sequence-parallel", "true", "--zero", "2"],
-        Memory::StatesDiffer(
-            "tp 4 > 2 key/value heads: each key/value head is replicated on two tensor ranks; \
-             the model divides the key/value projections by tp",
-        ),
+        Memory::Agrees,
     ),
 ];
 
+/// Why expert activations are not compared: the tokens each rank's experts receive follow the
+/// routing, while the model assumes `top_k · capacity_factor` per token.
+const ROUTING: &str = "expert activations follow the routing";
+
 const MOE: &[Case] = &[
-    ("ep4-dp8", &["--ep", "4"], Memory::Agrees),
+    ("ep4-dp8", &["--ep", "4"], Memory::StatesAgree(ROUTING)),
     (
         "ep2-tp2-sp-dp4",
         &["--ep", "2", "--tp", "2", "--sequence-parallel", "true"],
-        Memory::Agrees,
+        Memory::StatesAgree(ROUTING),
     ),
     (
         "ep2-cp2-pp2-dp2",
@@ -217,10 +219,7 @@ const MOE: &[Case] = &[
     (
         "ep4-tp2-dp4-zero2",
         &["--ep", "4", "--tp", "2", "--zero", "2"],
-        Memory::StatesDiffer(
-            "experts' gradients and optimizer states shard over dp·cp/ep here (Megatron's \
-             expert-data-parallel group), over dp·cp in the model",
-        ),
+        Memory::StatesAgree(ROUTING),
     ),
 ];
 
@@ -296,10 +295,13 @@ fn run_cases(spec: &str, cases: &[Case]) {
         assert_close(label, &losses(&report), &reference);
         assert_total(label, &report);
         match memory {
-            Memory::Agrees => assert_states(label, &report),
-            Memory::AgreesWithoutDropout => {
+            Memory::Agrees => {
                 assert_states(label, &report);
-                assert_activations_without_dropout(label, &report, degrees);
+                assert_activations(label, &report);
+            }
+            Memory::StatesAgree(reason) => {
+                assert!(!reason.is_empty());
+                assert_states(label, &report);
             }
             Memory::StatesDiffer(reason) => assert!(!reason.is_empty()),
         }
@@ -321,45 +323,9 @@ fn assert_total(label: &str, report: &Value) {
     );
 }
 
-fn degree(degrees: &[&str], flag: &str) -> f64 {
-    degrees
-        .iter()
-        .position(|d| *d == flag)
-        .map_or(1.0, |i| degrees[i + 1].parse().unwrap())
-}
-
-/// Bytes of dropout state per rank of a one-stage fp32 run that Korthikanti et al. (arXiv
-/// 2205.05198, §4.1) count and the CPU runtime does not have: per layer, the two residual
-/// dropout masks `2sbh` (÷ tp with sequence parallelism) and the attention dropout mask and
-/// output `3as²b/t`, in units of a 2-byte element (so 2 bytes per element in fp32, as the cost
-/// model scales them), with `s` the positions per context rank on the query side.
-fn dropout_bytes(report: &Value, degrees: &[&str]) -> f64 {
-    let model = &report["model"];
-    let layers = model["layers"].as_f64().unwrap();
-    let h = model["hidden"].as_f64().unwrap();
-    let a = model["heads"].as_f64().unwrap();
-    let s = report["seq_len"].as_f64().unwrap();
-    let (t, c) = (degree(degrees, "--tp"), degree(degrees, "--cp"));
-    let sp = degrees.contains(&"--sequence-parallel");
-    let b = 1.0;
-    let local = s / c;
-    let masks = 2.0 * local * b * h / if sp { t } else { 1.0 };
-    let attention = 3.0 * a * local * s * b / t;
-    layers * (masks + attention) * 2.0
-}
-
-fn assert_activations_without_dropout(label: &str, report: &Value, degrees: &[&str]) {
-    let dropout = dropout_bytes(report, degrees);
-    for rank in report["ranks"].as_array().unwrap() {
-        let measured = rank["measured"]["activations"].as_f64().unwrap();
-        let predicted = rank["predicted"]["activations"].as_f64().unwrap() - dropout;
-        let e = (measured - predicted).abs() / predicted;
-        assert!(
-            e <= 0.05,
-            "{label} rank {}: activations {measured} against {predicted} without dropout ({e:.3})",
-            rank["rank"]
-        );
-    }
+fn assert_activations(label: &str, report: &Value) {
+    let e = worst_relative(report, "activations");
+    assert!(e <= ACTIVATION_BAND, "{label} activations: {e:.3}");
 }
 
 #[test]

@@ -131,9 +131,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let sharded_fwd = k(act_fwd * mlp_width_fwd * act) * tokens.clone() / t.clone();
     let sharded_bwd = k(act_bwd * mlp_width_bwd * act) * tokens.clone() / t.clone();
     let rotary = if ctx.rope {
-        k(4.0 * act)
-            * tokens.clone()
-            * (k(ctx.q_dim) / t.clone() + k(ctx.kv_dim) / ctx.kv_split())
+        k(4.0 * act) * tokens.clone() * (k(ctx.q_dim) / t.clone() + k(ctx.kv_dim) / ctx.kv_split())
     } else {
         k(0.0)
     };
