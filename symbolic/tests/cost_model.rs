@@ -234,6 +234,42 @@ fn expert_states_shard_over_the_expert_data_parallel_group() {
 }
 
 #[test]
+fn the_dense_first_layers_are_the_first_stage_s() {
+    let moe_model = |first_dense: u64| {
+        let mut model = gpt(4, 1024, 8);
+        model.bias = false;
+        model.moe = Some(tessel_grammar::MoeSpec {
+            experts: 8,
+            top_k: 2,
+            every: 1,
+            expert_ffn_hidden: 4096,
+            shared_experts: 0,
+            capacity_factor: 1.0,
+            first_dense,
+        });
+        model
+    };
+    let weights = |first_dense: u64, stage: u64| {
+        let spec = spec(moe_model(first_dense), 1, 64);
+        let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+        let s = strategy(4, 1, 2, 1);
+        cost.stage_cost(&s, stage, 2, Recompute::None, Offload::default())
+            .memory
+            .weights
+    };
+    // Layers 2 and 3 carry experts either way: the second stage does not see the dense layer.
+    assert_eq!(weights(1, 1), weights(0, 1));
+    // The first stage trades one expert block for a dense one.
+    let model = moe_model(1);
+    let moe = model.moe.as_ref().unwrap();
+    let experts = (moe.experts * model.mlp_matmul_params(moe.expert_ffn_hidden)) as f64;
+    let router = (model.hidden * moe.experts) as f64;
+    let dense = model.mlp_matmul_params(model.ffn_hidden) as f64;
+    let saved = 2.0 * (experts + router - dense);
+    assert!(close(weights(0, 0) - weights(1, 0), saved, 1e-9));
+}
+
+#[test]
 fn state_bytes_by_zero_stage() {
     let model = gpt(24, 2048, 16);
     let params = model.parameter_count().total as f64;

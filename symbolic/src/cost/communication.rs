@@ -36,7 +36,8 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
             let bytes =
                 ctx.tokens() * (moe.top_k * moe.capacity * ctx.hidden * ctx.bytes.activation);
             let stride = ctx.t.clone() * ctx.c.clone();
-            k(2.0 * moe.fraction)
+            k(2.0)
+                * ctx.moe_fraction()
                 * ctx.all_to_all(bytes, ctx.e.clone(), stride)
                 * (1.0 - ctx.cal.ep_overlap)
         }

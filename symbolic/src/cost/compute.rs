@@ -93,8 +93,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     };
 
     let dense_mlp = mlp_gemms(ctx, tokens.clone(), ctx.ffn);
-    let (mlp_gemm_fwd, mlp_width_fwd, mlp_width_bwd) = match &ctx.moe {
-        None => (dense_mlp, ctx.ffn, ctx.ffn),
+    let (mlp_gemm_fwd, mlp_width) = match &ctx.moe {
+        None => (dense_mlp, k(ctx.ffn)),
         Some(moe) => {
             let router = ctx.gemm(
                 k(2.0 * h * moe.experts) * tokens.clone(),
@@ -109,10 +109,11 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
                 k(0.0)
             };
             let moe_fwd = router + experts + shared;
-            let mixed = k(1.0 - moe.fraction) * dense_mlp + k(moe.fraction) * moe_fwd;
+            let fraction = ctx.moe_fraction();
+            let mixed = (k(1.0) - fraction.clone()) * dense_mlp + fraction.clone() * moe_fwd;
             let moe_width = moe.expert_ffn * (moe.top_k * moe.capacity + moe.shared);
-            let width = (1.0 - moe.fraction) * ctx.ffn + moe.fraction * moe_width;
-            (mixed, width, width)
+            let width = k(ctx.ffn) + fraction * (moe_width - ctx.ffn);
+            (mixed, width)
         }
     };
 
@@ -128,8 +129,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     };
     let replicated_fwd = k((20.0 + 2.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
     let replicated_bwd = k((20.0 + 10.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
-    let sharded_fwd = k(act_fwd * mlp_width_fwd * act) * tokens.clone() / t.clone();
-    let sharded_bwd = k(act_bwd * mlp_width_bwd * act) * tokens.clone() / t.clone();
+    let sharded_fwd = k(act_fwd * act) * mlp_width.clone() * tokens.clone() / t.clone();
+    let sharded_bwd = k(act_bwd * act) * mlp_width.clone() * tokens.clone() / t.clone();
     let rotary = if ctx.rope {
         k(4.0 * act) * tokens.clone() * (k(ctx.q_dim) / t.clone() + k(ctx.kv_dim) / ctx.kv_split())
     } else {
@@ -138,9 +139,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     // FP8 GEMMs cast their inputs (read 2 bytes, write 1) in forward and their output
     // gradients in backward.
     let casts = if ctx.fp8 {
-        k(3.0)
-            * tokens.clone()
-            * (k(2.0 * h) / rep.clone() + k(ctx.q_dim + mlp_width_fwd) / t.clone())
+        k(3.0) * tokens.clone() * (k(2.0 * h) / rep.clone() + (mlp_width + ctx.q_dim) / t.clone())
     } else {
         k(0.0)
     };

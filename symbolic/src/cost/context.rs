@@ -35,8 +35,9 @@ pub(crate) struct MoeNumbers {
     pub expert_ffn: f64,
     pub shared: f64,
     pub capacity: f64,
-    /// Fraction of layers that carry experts; a stage is costed with this average mix.
-    pub fraction: f64,
+    /// Dense blocks before the first expert block, and the period of expert blocks after it.
+    pub first_dense: f64,
+    pub every: f64,
     /// Parameters of one expert (matmuls and biases).
     pub expert_params: f64,
 }
@@ -171,7 +172,8 @@ impl Ctx {
                 expert_ffn: moe.expert_ffn_hidden as f64,
                 shared: moe.shared_experts as f64,
                 capacity: moe.capacity_factor.max(1.0),
-                fraction: model.moe_layers() as f64 / model.layers.max(1) as f64,
+                first_dense: moe.first_dense as f64,
+                every: moe.every.max(1) as f64,
                 expert_params: expert_matmul + expert_bias,
             }
         });
@@ -282,6 +284,22 @@ impl Ctx {
     /// projections and activations are divided by fewer than `t`.
     pub fn kv_split(&self) -> Expr {
         Expr::min([self.t.clone(), k((self.kv_dim / self.head_dim).max(1.0))])
+    }
+
+    /// Fraction of this device's layers that carry experts. The first device holds the model's
+    /// first layers, so its `first_dense` dense blocks are its own: `⌊max(L − d, 0)/every⌋ / L`
+    /// of its `L` layers. Later devices hold one expert block in `every`.
+    pub fn moe_fraction(&self) -> Expr {
+        let Some(moe) = &self.moe else {
+            return k(0.0);
+        };
+        self.shared("moe_fraction", || {
+            let layers = Expr::max([self.layers.clone(), k(1.0)]);
+            let after_dense = Expr::max([layers.clone() - moe.first_dense, k(0.0)]);
+            // ⌊x/e⌋ = ⌈(x + 1)/e⌉ − 1 for whole x ≥ 0.
+            let first_device = (Expr::ceil((after_dense + 1.0) / moe.every) - 1.0) / layers;
+            self.is_first() * first_device + (k(1.0) - self.is_first()) * (1.0 / moe.every)
+        })
     }
 
     /// 1 for the first pipeline device.

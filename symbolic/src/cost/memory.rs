@@ -75,7 +75,8 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
             let experts = routed.clone() * (mlp_factor * moe.expert_ffn * act) / t.clone()
                 + routed * ((2.0 + 2.0 * g) * h * act);
             let shared = k(mlp_factor * moe.shared * moe.expert_ffn * act) * sb / t;
-            k(1.0 - moe.fraction) * dense_mlp + k(moe.fraction) * (experts + shared)
+            let fraction = ctx.moe_fraction();
+            (k(1.0) - fraction.clone()) * dense_mlp + fraction * (experts + shared)
         }
     };
     let droppable = if ctx.flash { k(0.0) } else { scores.clone() };

@@ -31,8 +31,9 @@ fn layer_params_expr(ctx: &Ctx) -> Expr {
             let experts = k(moe.experts * moe.expert_params) / (ctx.e.clone() * t.clone());
             let shared = k(moe.shared * moe.expert_params) / t.clone();
             let router = k(h * moe.experts);
-            k(1.0 - moe.fraction) * (k(dense_mlp) / t)
-                + k(moe.fraction) * (experts + shared + router)
+            let fraction = ctx.moe_fraction();
+            (k(1.0) - fraction.clone()) * (k(dense_mlp) / t)
+                + fraction * (experts + shared + router)
         }
     };
     sharded + mlp + k(norms)
@@ -63,7 +64,7 @@ pub(crate) fn stage_expert_params(ctx: &Ctx) -> Expr {
     match &ctx.moe {
         None => k(0.0),
         Some(moe) => {
-            ctx.layers.clone() * k(moe.fraction * moe.experts * moe.expert_params)
+            ctx.layers.clone() * ctx.moe_fraction() * (moe.experts * moe.expert_params)
                 / (ctx.e.clone() * ctx.t.clone())
         }
     }
