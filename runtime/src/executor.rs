@@ -655,21 +655,13 @@ impl<'a, B: Backend> Rank<'a, B> {
     /// Sums the gradients of the group's parameters that several tensor ranks share: blocks
     /// replicated over `tp_replicas` ranks, and parameters used on sequence shards.
     fn sum_over_tensor_group(&mut self, gi: usize) -> Result<(), RuntimeError> {
-        let b = self.b;
         let plan = self.setup.plan;
         for p in self.groups[gi].spec.params.clone() {
             if p.tp_replicas > 1 {
                 self.sum_over_replicas(&p)?;
             }
             if plan.sequence_parallel && plan.tp > 1 && p.sp_partial {
-                let (rows, cols) = p.local_shape();
-                let g = self
-                    .grads
-                    .map
-                    .remove(&p.name)
-                    .unwrap_or_else(|| b.zeros(rows, cols));
-                let g = b.all_reduce(GroupKind::Tensor, &g)?;
-                self.grads.map.insert(p.name.clone(), g);
+                self.all_reduce_gradient(&p, GroupKind::Tensor)?;
             }
         }
         Ok(())
@@ -716,19 +708,24 @@ impl<'a, B: Backend> Rank<'a, B> {
         }
     }
 
+    /// Sums one parameter's gradient over `group` (zeros when this rank has none yet).
+    fn all_reduce_gradient(&mut self, p: &ParamSpec, group: GroupKind) -> Result<(), RuntimeError> {
+        let (rows, cols) = p.local_shape();
+        let g = self
+            .grads
+            .map
+            .remove(&p.name)
+            .unwrap_or_else(|| self.b.zeros(rows, cols));
+        let g = self.b.all_reduce(group, &g)?;
+        self.grads.map.insert(p.name.clone(), g);
+        Ok(())
+    }
+
     /// Sums the tied embedding's gradient with its copy on the other end of the pipeline.
     fn sum_tied_copies(&mut self, gi: usize) -> Result<(), RuntimeError> {
-        let b = self.b;
         for p in self.groups[gi].spec.params.clone() {
             if self.is_tied_copy(&p) {
-                let (rows, cols) = p.local_shape();
-                let g = self
-                    .grads
-                    .map
-                    .remove(&p.name)
-                    .unwrap_or_else(|| b.zeros(rows, cols));
-                let g = b.all_reduce(GroupKind::Embedding, &g)?;
-                self.grads.map.insert(p.name.clone(), g);
+                self.all_reduce_gradient(&p, GroupKind::Embedding)?;
             }
         }
         Ok(())

@@ -161,6 +161,22 @@ fn flash_attention_removes_the_quadratic_term() {
     assert!(close(bytes, s * h * 34.0 + 4.0 * a * s, 1e-12));
 }
 
+/// A small GPT without biases whose every block after `first_dense` has 8 experts, top-2.
+fn small_moe(layers: u64, first_dense: u64) -> ModelSpec {
+    let mut model = gpt(layers, 1024, 8);
+    model.bias = false;
+    model.moe = Some(tessel_grammar::MoeSpec {
+        experts: 8,
+        top_k: 2,
+        every: 1,
+        expert_ffn_hidden: 4096,
+        shared_experts: 0,
+        capacity_factor: 1.0,
+        first_dense,
+    });
+    model
+}
+
 #[test]
 fn dropout_keeps_two_masks_and_the_score_dropout() {
     let (s, h, a) = (2048.0, 12288.0, 96.0);
@@ -199,18 +215,8 @@ fn key_value_heads_are_replicated_past_tensor_parallelism() {
 
 #[test]
 fn expert_states_shard_over_the_expert_data_parallel_group() {
-    let mut model = gpt(2, 1024, 8);
-    model.bias = false;
+    let mut model = small_moe(2, 0);
     model.tie_embeddings = false;
-    model.moe = Some(tessel_grammar::MoeSpec {
-        experts: 8,
-        top_k: 2,
-        every: 1,
-        expert_ffn_hidden: 4096,
-        shared_experts: 0,
-        capacity_factor: 1.0,
-        first_dense: 0,
-    });
     let spec = spec(model, 1, 64);
     let cost = CostModel::with_calibration(&spec, bare()).unwrap();
     let optimizer = |ep: u64| {
@@ -235,22 +241,8 @@ fn expert_states_shard_over_the_expert_data_parallel_group() {
 
 #[test]
 fn the_dense_first_layers_are_the_first_stage_s() {
-    let moe_model = |first_dense: u64| {
-        let mut model = gpt(4, 1024, 8);
-        model.bias = false;
-        model.moe = Some(tessel_grammar::MoeSpec {
-            experts: 8,
-            top_k: 2,
-            every: 1,
-            expert_ffn_hidden: 4096,
-            shared_experts: 0,
-            capacity_factor: 1.0,
-            first_dense,
-        });
-        model
-    };
     let weights = |first_dense: u64, stage: u64| {
-        let spec = spec(moe_model(first_dense), 1, 64);
+        let spec = spec(small_moe(4, first_dense), 1, 64);
         let cost = CostModel::with_calibration(&spec, bare()).unwrap();
         let s = strategy(4, 1, 2, 1);
         cost.stage_cost(&s, stage, 2, Recompute::None, Offload::default())
@@ -260,7 +252,7 @@ fn the_dense_first_layers_are_the_first_stage_s() {
     // Layers 2 and 3 carry experts either way: the second stage does not see the dense layer.
     assert_eq!(weights(1, 1), weights(0, 1));
     // The first stage trades one expert block for a dense one.
-    let model = moe_model(1);
+    let model = small_moe(4, 1);
     let moe = model.moe.as_ref().unwrap();
     let experts = (moe.experts * model.mlp_matmul_params(moe.expert_ffn_hidden)) as f64;
     let router = (model.hidden * moe.experts) as f64;
