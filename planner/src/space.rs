@@ -104,7 +104,7 @@ impl OuterConfig {
     }
 }
 
-/// One recompute/offload choice, applied to every stage of a plan.
+/// One recompute/offload choice of a pipeline stage (each stage of a plan takes its own).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StageOption {
     pub recompute: Recompute,
