@@ -1,6 +1,7 @@
 //! The CPU backend: f32 row-major matrices, matmul from `matrixmultiply`, collectives over
 //! shared memory between the rank threads of one process.
 
+use super::exchange::ExchangeCollectives;
 use super::shared_memory::{GroupHandle, World, ALL_GROUP_KINDS};
 use super::{AdamParams, AttentionShape, Backend, NORM_EPS, ROPE_BASE};
 use crate::error::RuntimeError;
@@ -64,6 +65,22 @@ impl CpuBackend {
             world,
             groups,
         }
+    }
+}
+
+impl ExchangeCollectives for CpuBackend {
+    type Received = Arc<Vec<CpuTensor>>;
+
+    fn arithmetic(&self) -> &CpuBackend {
+        self
+    }
+
+    fn members(&self, kind: GroupKind) -> usize {
+        self.groups[&kind].members.len()
+    }
+
+    fn member_index(&self, kind: GroupKind) -> usize {
+        self.groups[&kind].index
     }
 
     fn exchange(
@@ -512,46 +529,23 @@ impl Backend for CpuBackend {
     }
 
     fn group_size(&self, kind: GroupKind) -> usize {
-        self.groups[&kind].members.len()
+        self.members(kind)
     }
 
     fn group_index(&self, kind: GroupKind) -> usize {
-        self.groups[&kind].index
+        self.member_index(kind)
     }
 
     fn all_reduce(&self, kind: GroupKind, t: &CpuTensor) -> Result<CpuTensor, RuntimeError> {
-        if self.group_size(kind) == 1 {
-            return Ok(t.clone());
-        }
-        let all = self.exchange(kind, vec![t.clone()])?;
-        let mut sum = all[0][0].clone();
-        for d in &all[1..] {
-            self.add_assign(&mut sum, &d[0]);
-        }
-        Ok(sum)
+        self.exchange_all_reduce(kind, t)
     }
 
     fn all_gather(&self, kind: GroupKind, t: &CpuTensor) -> Result<CpuTensor, RuntimeError> {
-        if self.group_size(kind) == 1 {
-            return Ok(t.clone());
-        }
-        let all = self.exchange(kind, vec![t.clone()])?;
-        let parts: Vec<&CpuTensor> = all.iter().map(|d| &d[0]).collect();
-        Ok(self.concat_rows(&parts))
+        self.exchange_all_gather(kind, t)
     }
 
     fn reduce_scatter(&self, kind: GroupKind, t: &CpuTensor) -> Result<CpuTensor, RuntimeError> {
-        let n = self.group_size(kind);
-        if !t.rows.is_multiple_of(n) {
-            return Err(RuntimeError::invalid_plan(format!(
-                "reduce-scatter of {} rows over {n} ranks",
-                t.rows
-            )));
-        }
-        let sum = self.all_reduce(kind, t)?;
-        let block = t.rows / n;
-        let i = self.group_index(kind);
-        Ok(self.slice_rows(&sum, i * block, (i + 1) * block))
+        self.exchange_reduce_scatter(kind, t)
     }
 
     fn all_to_all(
@@ -559,17 +553,7 @@ impl Backend for CpuBackend {
         kind: GroupKind,
         parts: Vec<CpuTensor>,
     ) -> Result<Vec<CpuTensor>, RuntimeError> {
-        if parts.len() != self.group_size(kind) {
-            return Err(RuntimeError::invalid_plan(
-                "all-to-all needs one part per member",
-            ));
-        }
-        if parts.len() == 1 {
-            return Ok(parts);
-        }
-        let i = self.group_index(kind);
-        let all = self.exchange(kind, parts)?;
-        Ok(all.iter().map(|d| d[i].clone()).collect())
+        self.exchange_all_to_all(kind, parts)
     }
 
     fn broadcast(
@@ -578,15 +562,11 @@ impl Backend for CpuBackend {
         t: &CpuTensor,
         root: usize,
     ) -> Result<CpuTensor, RuntimeError> {
-        if self.group_size(kind) == 1 {
-            return Ok(t.clone());
-        }
-        let all = self.exchange(kind, vec![t.clone()])?;
-        Ok(all[root][0].clone())
+        self.exchange_broadcast(kind, t, root)
     }
 
     fn barrier(&self, kind: GroupKind) -> Result<(), RuntimeError> {
-        self.exchange(kind, Vec::new()).map(|_| ())
+        self.exchange_barrier(kind)
     }
 
     fn send(&self, peer: usize, tag: u64, t: &CpuTensor) -> Result<(), RuntimeError> {

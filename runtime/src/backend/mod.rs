@@ -6,6 +6,7 @@
 
 pub mod attention_blocks;
 pub mod cpu;
+pub(crate) mod exchange;
 pub mod shared_memory;
 
 // The only place the `cuda` feature is tested: without it, `cuda` is a module with the same

@@ -6,6 +6,7 @@
 use super::comm::HubLink;
 use super::wire::{GroupKey, WireTensor};
 use crate::backend::cpu::{CpuBackend, CpuTensor};
+use crate::backend::exchange::ExchangeCollectives;
 use crate::backend::shared_memory::{World, ALL_GROUP_KINDS};
 use crate::backend::{AdamParams, AttentionShape, Backend};
 use crate::error::RuntimeError;
@@ -67,11 +68,27 @@ impl TcpCpuBackend {
     fn wire_to_tensor(&self, t: WireTensor) -> CpuTensor {
         self.compute.tensor(t.data, t.rows, t.cols)
     }
+}
+
+impl ExchangeCollectives for TcpCpuBackend {
+    type Received = Vec<CpuTensor>;
+
+    fn arithmetic(&self) -> &CpuBackend {
+        &self.compute
+    }
+
+    fn members(&self, kind: GroupKind) -> usize {
+        self.groups[&kind].key.1.len()
+    }
+
+    fn member_index(&self, kind: GroupKind) -> usize {
+        self.groups[&kind].index
+    }
 
     fn exchange(
         &self,
         kind: GroupKind,
-        parts: &[CpuTensor],
+        parts: Vec<CpuTensor>,
     ) -> Result<Vec<Vec<CpuTensor>>, RuntimeError> {
         let g = &self.groups[&kind];
         let wire = parts.iter().map(|t| self.to_wire(t)).collect();
@@ -219,59 +236,26 @@ impl Backend for TcpCpuBackend {
     }
 
     fn group_size(&self, kind: GroupKind) -> usize {
-        self.groups[&kind].key.1.len()
+        self.members(kind)
     }
     fn group_index(&self, kind: GroupKind) -> usize {
-        self.groups[&kind].index
+        self.member_index(kind)
     }
     fn all_reduce(&self, kind: GroupKind, t: &CpuTensor) -> Result<CpuTensor, RuntimeError> {
-        if self.group_size(kind) == 1 {
-            return Ok(t.clone());
-        }
-        let all = self.exchange(kind, std::slice::from_ref(t))?;
-        let mut sum = all[0][0].clone();
-        for d in &all[1..] {
-            self.add_assign(&mut sum, &d[0]);
-        }
-        Ok(sum)
+        self.exchange_all_reduce(kind, t)
     }
     fn all_gather(&self, kind: GroupKind, t: &CpuTensor) -> Result<CpuTensor, RuntimeError> {
-        if self.group_size(kind) == 1 {
-            return Ok(t.clone());
-        }
-        let all = self.exchange(kind, std::slice::from_ref(t))?;
-        let parts: Vec<&CpuTensor> = all.iter().map(|d| &d[0]).collect();
-        Ok(self.concat_rows(&parts))
+        self.exchange_all_gather(kind, t)
     }
     fn reduce_scatter(&self, kind: GroupKind, t: &CpuTensor) -> Result<CpuTensor, RuntimeError> {
-        let n = self.group_size(kind);
-        let rows = self.shape(t).0;
-        if !rows.is_multiple_of(n) {
-            return Err(RuntimeError::invalid_plan(format!(
-                "reduce-scatter of {rows} rows over {n} ranks"
-            )));
-        }
-        let sum = self.all_reduce(kind, t)?;
-        let block = rows / n;
-        let i = self.group_index(kind);
-        Ok(self.slice_rows(&sum, i * block, (i + 1) * block))
+        self.exchange_reduce_scatter(kind, t)
     }
     fn all_to_all(
         &self,
         kind: GroupKind,
         parts: Vec<CpuTensor>,
     ) -> Result<Vec<CpuTensor>, RuntimeError> {
-        if parts.len() != self.group_size(kind) {
-            return Err(RuntimeError::invalid_plan(
-                "all-to-all needs one part per member",
-            ));
-        }
-        if parts.len() == 1 {
-            return Ok(parts);
-        }
-        let i = self.group_index(kind);
-        let all = self.exchange(kind, &parts)?;
-        Ok(all.into_iter().map(|mut d| d.swap_remove(i)).collect())
+        self.exchange_all_to_all(kind, parts)
     }
     fn broadcast(
         &self,
@@ -279,14 +263,10 @@ impl Backend for TcpCpuBackend {
         t: &CpuTensor,
         root: usize,
     ) -> Result<CpuTensor, RuntimeError> {
-        if self.group_size(kind) == 1 {
-            return Ok(t.clone());
-        }
-        let mut all = self.exchange(kind, std::slice::from_ref(t))?;
-        Ok(all.swap_remove(root).swap_remove(0))
+        self.exchange_broadcast(kind, t, root)
     }
     fn barrier(&self, kind: GroupKind) -> Result<(), RuntimeError> {
-        self.exchange(kind, &[]).map(|_| ())
+        self.exchange_barrier(kind)
     }
     fn send(&self, peer: usize, tag: u64, t: &CpuTensor) -> Result<(), RuntimeError> {
         self.link.send_to(peer as u64, tag, self.to_wire(t))

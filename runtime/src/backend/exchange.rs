@@ -1,0 +1,108 @@
+//! Collectives built on one primitive, an exchange in which every member of a group deposits
+//! its parts and receives every member's parts in member order. The shared-memory CPU backend
+//! and the TCP one differ only in how they exchange; both reduce the same way (sums in member
+//! order), which is what makes a multi-process run bit-identical to the threaded one.
+
+use super::cpu::{CpuBackend, CpuTensor};
+use super::Backend;
+use crate::error::RuntimeError;
+use crate::mesh::GroupKind;
+
+pub(crate) trait ExchangeCollectives {
+    /// One member's parts as received.
+    type Received: AsRef<Vec<CpuTensor>>;
+
+    /// The arithmetic the reductions use.
+    fn arithmetic(&self) -> &CpuBackend;
+    fn members(&self, kind: GroupKind) -> usize;
+    fn member_index(&self, kind: GroupKind) -> usize;
+    fn exchange(
+        &self,
+        kind: GroupKind,
+        parts: Vec<CpuTensor>,
+    ) -> Result<Vec<Self::Received>, RuntimeError>;
+
+    fn exchange_all_reduce(
+        &self,
+        kind: GroupKind,
+        t: &CpuTensor,
+    ) -> Result<CpuTensor, RuntimeError> {
+        if self.members(kind) == 1 {
+            return Ok(t.clone());
+        }
+        let all = self.exchange(kind, vec![t.clone()])?;
+        let mut sum = all[0].as_ref()[0].clone();
+        for d in &all[1..] {
+            self.arithmetic().add_assign(&mut sum, &d.as_ref()[0]);
+        }
+        Ok(sum)
+    }
+
+    fn exchange_all_gather(
+        &self,
+        kind: GroupKind,
+        t: &CpuTensor,
+    ) -> Result<CpuTensor, RuntimeError> {
+        if self.members(kind) == 1 {
+            return Ok(t.clone());
+        }
+        let all = self.exchange(kind, vec![t.clone()])?;
+        let parts: Vec<&CpuTensor> = all.iter().map(|d| &d.as_ref()[0]).collect();
+        Ok(self.arithmetic().concat_rows(&parts))
+    }
+
+    fn exchange_reduce_scatter(
+        &self,
+        kind: GroupKind,
+        t: &CpuTensor,
+    ) -> Result<CpuTensor, RuntimeError> {
+        let n = self.members(kind);
+        if !t.rows.is_multiple_of(n) {
+            return Err(RuntimeError::invalid_plan(format!(
+                "reduce-scatter of {} rows over {n} ranks",
+                t.rows
+            )));
+        }
+        let sum = self.exchange_all_reduce(kind, t)?;
+        let block = t.rows / n;
+        let i = self.member_index(kind);
+        Ok(self
+            .arithmetic()
+            .slice_rows(&sum, i * block, (i + 1) * block))
+    }
+
+    fn exchange_all_to_all(
+        &self,
+        kind: GroupKind,
+        parts: Vec<CpuTensor>,
+    ) -> Result<Vec<CpuTensor>, RuntimeError> {
+        if parts.len() != self.members(kind) {
+            return Err(RuntimeError::invalid_plan(
+                "all-to-all needs one part per member",
+            ));
+        }
+        if parts.len() == 1 {
+            return Ok(parts);
+        }
+        let i = self.member_index(kind);
+        let all = self.exchange(kind, parts)?;
+        Ok(all.iter().map(|d| d.as_ref()[i].clone()).collect())
+    }
+
+    fn exchange_broadcast(
+        &self,
+        kind: GroupKind,
+        t: &CpuTensor,
+        root: usize,
+    ) -> Result<CpuTensor, RuntimeError> {
+        if self.members(kind) == 1 {
+            return Ok(t.clone());
+        }
+        let all = self.exchange(kind, vec![t.clone()])?;
+        Ok(all[root].as_ref()[0].clone())
+    }
+
+    fn exchange_barrier(&self, kind: GroupKind) -> Result<(), RuntimeError> {
+        self.exchange(kind, Vec::new()).map(|_| ())
+    }
+}
