@@ -1,30 +1,13 @@
 //! The launch entry point: reports, traces, token files, and clear errors for bad input.
 
+mod common;
+
+use common::tiny_model;
 use std::io::Write;
-use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind, Strategy};
+use tessel_grammar::{MlpKind, NormKind, PositionKind, Strategy};
 use tessel_runtime::{
     launch_cpu, DataSource, ExecutionPlan, LaunchOptions, RuntimeError, TokenWidth,
 };
-
-fn model() -> ModelSpec {
-    ModelSpec {
-        name: "tiny".into(),
-        layers: 2,
-        hidden: 16,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 4,
-        ffn_hidden: 32,
-        vocab: 64,
-        mlp: MlpKind::Swiglu,
-        norm: NormKind::Rmsnorm,
-        tie_embeddings: true,
-        bias: false,
-        max_seq_len: None,
-        position: PositionKind::Rope,
-        moe: None,
-    }
-}
 
 fn strategy(tp: u64, pp: u64, dp: u64) -> Strategy {
     Strategy {
@@ -38,7 +21,7 @@ fn strategy(tp: u64, pp: u64, dp: u64) -> Strategy {
 
 #[test]
 fn report_has_one_entry_per_step_and_rank() {
-    let m = model();
+    let m = tiny_model();
     let plan = ExecutionPlan::from_strategy(&m, &strategy(2, 2, 1), 4, 8).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("trace.json");
@@ -70,7 +53,7 @@ fn report_has_one_entry_per_step_and_rank() {
 
 #[test]
 fn trains_from_a_token_file() {
-    let m = model();
+    let m = tiny_model();
     let mut f = tempfile::NamedTempFile::new().unwrap();
     for i in 0..200u32 {
         f.write_all(&((i * 7) % 64).to_le_bytes()).unwrap();
@@ -107,14 +90,14 @@ fn trains_from_a_token_file() {
 
 #[test]
 fn plans_that_do_not_fit_the_model_are_errors() {
-    let m = model();
+    let m = tiny_model();
     let err = |s: Strategy, batch| {
         ExecutionPlan::from_strategy(&m, &s, batch, 8)
             .unwrap_err()
             .to_string()
     };
     assert!(err(strategy(3, 1, 1), 4).contains("tp = 3 does not divide attention heads = 4"));
-    let mut mqa = model();
+    let mut mqa = tiny_model();
     mqa.heads = 6;
     mqa.kv_heads = 3;
     let e = ExecutionPlan::from_strategy(&mqa, &strategy(2, 1, 1), 4, 8).unwrap_err();
@@ -153,7 +136,7 @@ fn plans_that_do_not_fit_the_model_are_errors() {
 
 #[test]
 fn hand_built_plans_are_validated() {
-    let m = model();
+    let m = tiny_model();
     let mut plan = ExecutionPlan::single_rank(&m, 2, 8).unwrap();
     plan.microbatches = 0;
     let e = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap_err();
@@ -172,15 +155,15 @@ fn hand_built_plans_are_validated() {
 
 #[test]
 fn bad_models_are_errors_not_panics() {
-    let plan = ExecutionPlan::single_rank(&model(), 2, 8).unwrap();
-    let mut m = model();
+    let plan = ExecutionPlan::single_rank(&tiny_model(), 2, 8).unwrap();
+    let mut m = tiny_model();
     m.kv_heads = 3;
     let e = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the model cannot be built: 4 heads cannot share 3 key/value heads"
     );
-    let mut m = model();
+    let mut m = tiny_model();
     m.head_dim = 3;
     let e = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap_err();
     assert!(e.to_string().contains("even head_dim"));
@@ -188,7 +171,7 @@ fn bad_models_are_errors_not_panics() {
 
 #[test]
 fn uneven_stage_sizes_are_honoured() {
-    let mut m = model();
+    let mut m = tiny_model();
     m.layers = 3;
     let mut s = strategy(1, 2, 1);
     s.stages = Some(vec![1, 2]);
@@ -205,15 +188,15 @@ fn uneven_stage_sizes_are_honoured() {
 
 #[test]
 fn weight_accounting_matches_the_parameter_count() {
-    let dense = model();
-    let mut gelu = model();
+    let dense = tiny_model();
+    let mut gelu = tiny_model();
     gelu.mlp = MlpKind::Gelu;
     gelu.norm = NormKind::Layernorm;
     gelu.bias = true;
     gelu.tie_embeddings = false;
     gelu.position = PositionKind::Learned;
     gelu.max_seq_len = Some(8);
-    let mut moe = model();
+    let mut moe = tiny_model();
     moe.moe = Some(tessel_grammar::MoeSpec {
         experts: 4,
         top_k: 2,
@@ -236,7 +219,7 @@ fn weight_accounting_matches_the_parameter_count() {
 
 #[test]
 fn tensor_parallel_splits_everything_but_the_norms() {
-    let m = model();
+    let m = tiny_model();
     let plan = ExecutionPlan::from_strategy(&m, &strategy(2, 1, 1), 2, 8).unwrap();
     let r = launch_cpu(&m, &plan, &LaunchOptions::new(1)).unwrap();
     // RMS norm weights (two per block and the final one) stay whole on every rank.

@@ -2,8 +2,11 @@
 //! as ranks (the `worker_entry` test, which does nothing unless `TESSEL_TEST_WORKER` is set),
 //! talking over TCP on 127.0.0.1.
 
+mod common;
+
+use common::tiny_model;
 use std::time::Duration;
-use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind, Strategy};
+use tessel_grammar::Strategy;
 use tessel_runtime::launcher::{
     join, launch_local, run_cpu_worker, Hub, LocalLaunch, LocalReport, RendezvousConfig,
     WorkerConfig, EXIT_ABORTED,
@@ -11,26 +14,6 @@ use tessel_runtime::launcher::{
 use tessel_runtime::{launch_cpu, DataSource, ExecutionPlan, LaunchOptions, TokenWidth};
 
 const STEPS: u64 = 3;
-
-fn model() -> ModelSpec {
-    ModelSpec {
-        name: "tiny".into(),
-        layers: 2,
-        hidden: 16,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 4,
-        ffn_hidden: 32,
-        vocab: 64,
-        mlp: MlpKind::Swiglu,
-        norm: NormKind::Rmsnorm,
-        tie_embeddings: true,
-        bias: false,
-        max_seq_len: None,
-        position: PositionKind::Rope,
-        moe: None,
-    }
-}
 
 /// `tp×pp×dp`, as the `TESSEL_TEST_PLAN` variable spells it (`2x1x1`).
 fn plan(degrees: &str) -> ExecutionPlan {
@@ -42,7 +25,7 @@ fn plan(degrees: &str) -> ExecutionPlan {
         pp: d[1],
         ..Strategy::default()
     };
-    ExecutionPlan::from_strategy(&model(), &strategy, 4, 8).unwrap()
+    ExecutionPlan::from_strategy(&tiny_model(), &strategy, 4, 8).unwrap()
 }
 
 /// One rank, when started by a test below; a no-op otherwise.
@@ -77,7 +60,7 @@ fn worker_entry() {
         };
     }
     let plan = plan(&std::env::var("TESSEL_TEST_PLAN").unwrap());
-    match run_cpu_worker(&model(), &plan, &options, &config) {
+    match run_cpu_worker(&tiny_model(), &plan, &options, &config) {
         Ok(output) => {
             let losses: Vec<String> = output.losses.iter().map(|l| format!("{l:?}")).collect();
             // On its own line: libtest has printed `test worker_entry ... ` without a newline.
@@ -129,7 +112,7 @@ fn processes_train_exactly_like_threads() {
     for (nproc, degrees) in [(2, "2x1x1"), (4, "1x2x2")] {
         let report = launch(nproc, degrees, &[], 30);
         assert_eq!(report.failed, None, "{:?}", report.failure_message());
-        let threaded = launch_cpu(&model(), &plan(degrees), &LaunchOptions::new(STEPS))
+        let threaded = launch_cpu(&tiny_model(), &plan(degrees), &LaunchOptions::new(STEPS))
             .unwrap()
             .losses;
         assert_eq!(threaded.len(), STEPS as usize);
