@@ -86,14 +86,19 @@ fn job(out: &mut String, spec: &Spec) {
     );
     let _ = writeln!(
         out,
-        "  {:<16}{}, {}, flash attention {}",
+        "  {:<16}{}, {}, flash attention {}{}",
         "precision",
         precision_name(train.precision),
         match train.optimizer {
             tessel_grammar::Optimizer::Adam => "adam",
             tessel_grammar::Optimizer::Sgd => "sgd",
         },
-        if train.flash_attention { "on" } else { "off" }
+        if train.flash_attention { "on" } else { "off" },
+        if train.dropout > 0.0 {
+            format!(", dropout {}", train.dropout)
+        } else {
+            String::new()
+        }
     );
     let step_flops = spec.model.training_flops_per_token(train.seq_len) * tokens as f64;
     let _ = writeln!(out, "  {:<16}{}", "FLOPs per step", si(step_flops, "FLOP"));
