@@ -2,29 +2,25 @@
 //! the threaded CPU run. The CUDA run needs a GPU (and the `cuda` feature); without one it
 //! prints why and is skipped.
 
+mod common;
+
+use common::tiny_model;
 use std::time::Duration;
 use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind};
 use tessel_runtime::backend::cuda;
 use tessel_runtime::launcher::{run_cpu_worker, WorkerConfig, WorldEnv};
 use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions};
 
+/// The launch tests' tiny model with gelu, layernorm, biases and learned positions.
 fn model() -> ModelSpec {
     ModelSpec {
-        name: "tiny".into(),
-        layers: 2,
-        hidden: 16,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 4,
-        ffn_hidden: 32,
-        vocab: 64,
         mlp: MlpKind::Gelu,
         norm: NormKind::Layernorm,
         tie_embeddings: false,
         bias: true,
         max_seq_len: Some(8),
         position: PositionKind::Learned,
-        moe: None,
+        ..tiny_model()
     }
 }
 
