@@ -180,6 +180,39 @@ pub enum Optimizer {
     Sgd,
 }
 
+/// The training software whose mechanisms the cost model applies: how pipeline stages
+/// exchange activations and which gradient copies the optimizer keeps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Framework {
+    /// Megatron-LM, NeMo, Megatron-Core: pipeline sends scattered over the tensor-parallel
+    /// ranks and batched, fp32 main gradients.
+    #[default]
+    Megatron,
+    /// Megatron-DeepSpeed and DeepSpeed's pipeline engine: every tensor-parallel rank sends the
+    /// whole activation with blocking sends and receives; half-precision gradients beside an
+    /// fp32 gradient buffer.
+    Deepspeed,
+    /// PyTorch-native stacks (FSDP, torchtitan, llm-foundry): fp32 gradient reduction;
+    /// pipeline stages send the whole activation.
+    Fsdp,
+}
+
+impl Framework {
+    pub fn is_megatron(&self) -> bool {
+        *self == Framework::Megatron
+    }
+
+    /// The spec language's word for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Megatron => "megatron",
+            Framework::Deepspeed => "deepspeed",
+            Framework::Fsdp => "fsdp",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainSpec {
     pub seq_len: u64,
@@ -192,6 +225,9 @@ pub struct TrainSpec {
     /// keeps no dropout masks. Megatron-LM's GPT default is 0.1.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dropout: f64,
+    /// The training software (Megatron-LM unless the spec says otherwise).
+    #[serde(default, skip_serializing_if = "Framework::is_megatron")]
+    pub framework: Framework,
 }
 
 fn is_zero(value: &f64) -> bool {

@@ -91,6 +91,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         optimizer: Optimizer::Adam,
         flash_attention: true,
         dropout: 0.0,
+        framework: Default::default(),
     }
 }
 

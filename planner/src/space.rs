@@ -11,7 +11,8 @@
 //! - microbatch: divisors of `global_batch / dp` whose tokens (`microbatch · seq_len`) stay
 //!   within 128Ki, and always 1;
 //! - interleave: 1, plus 2, 3, 4, 6, 8 when `pp > 1`, `pp · v ≤ layers` and the micro-batch
-//!   count is a multiple of `pp` (Megatron's interleaved schedule needs that);
+//!   count is a multiple of `pp` (Megatron's interleaved schedule needs that); only 1 under
+//!   `framework = deepspeed`, whose pipeline engine has no interleaved schedule;
 //! - zero: 0–3 when the sharding group `dp · cp` has more than one rank, else 0;
 //! - sequence_parallel: both when `tp > 1`, else off;
 //! - recompute: none, selective, full, and partial full recompute of ¼, ½ and ¾ of the largest
@@ -19,7 +20,7 @@
 //! - offload: none, half or all of the optimizer states, and all optimizer states plus half the
 //!   activations.
 
-use tessel_grammar::{Choice, Offload, Recompute, SearchSpace, Spec, Strategy};
+use tessel_grammar::{Choice, Framework, Offload, Recompute, SearchSpace, Spec, Strategy};
 
 /// The degrees and settings fixed outside the inner problem. Field order is the canonical
 /// tie-breaking order of configurations.
@@ -316,6 +317,7 @@ fn enumerate_inner(
     let search = &spec.search;
     let model = &spec.model;
     let per_rank = spec.train.global_batch / dp;
+    let interleaving = spec.train.framework != Framework::Deepspeed;
     let eps = values_or(&search.ep, || match &model.moe {
         Some(moe) => divisors(moe.experts)
             .into_iter()
@@ -360,7 +362,7 @@ fn enumerate_inner(
             let m = per_rank / microbatch;
             let interleaves = values_or(&search.interleave, || {
                 let mut values = vec![1];
-                if pp > 1 && m.is_multiple_of(pp) {
+                if pp > 1 && m.is_multiple_of(pp) && interleaving {
                     values.extend(
                         INTERLEAVE_CANDIDATES
                             .iter()
@@ -376,7 +378,8 @@ fn enumerate_inner(
                         counts.enumerated += 1;
                         let valid = interleave >= 1
                             && pp.saturating_mul(interleave) <= model.layers
-                            && (interleave == 1 || (pp > 1 && m.is_multiple_of(pp)))
+                            && (interleave == 1
+                                || (interleaving && pp > 1 && m.is_multiple_of(pp)))
                             && zero <= 3
                             && !(sequence_parallel && tp == 1);
                         if !valid {

@@ -100,6 +100,9 @@ fn job(out: &mut String, spec: &Spec) {
             String::new()
         }
     );
+    if !train.framework.is_megatron() {
+        let _ = writeln!(out, "  {:<16}{}", "framework", train.framework.name());
+    }
     let step_flops = spec.model.training_flops_per_token(train.seq_len) * tokens as f64;
     let _ = writeln!(out, "  {:<16}{}", "FLOPs per step", si(step_flops, "FLOP"));
     for strategy in &spec.strategies {

@@ -70,6 +70,7 @@ fn spec() -> Spec {
             optimizer: Optimizer::Adam,
             flash_attention: true,
             dropout: 0.0,
+            framework: Default::default(),
         },
         strategies: vec![],
         search: SearchSpace::default(),

@@ -3,12 +3,12 @@
 //! formulas.
 
 use tessel_grammar::{
-    ClusterSpec, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind, Offload, PeakCompute,
-    PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+    ClusterSpec, Framework, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind, Offload,
+    PeakCompute, PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
 };
 use tessel_symbolic::cost::{
-    render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, PipelineShape,
-    StageCost, StrategyOverrides,
+    render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, Output,
+    PipelineShape, StageCost, StrategyOverrides,
 };
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -76,6 +76,7 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             flash_attention: false,
             // Korthikanti et al.'s activation formulas count the dropout masks.
             dropout: 0.1,
+            framework: Default::default(),
         },
         strategies: vec![],
         search: SearchSpace::default(),
@@ -189,6 +190,83 @@ fn dropout_keeps_two_masks_and_the_score_dropout() {
     without.train.flash_attention = true;
     let with_flash = layer_activation_bytes(&without, &strategy);
     assert!(close(with_flash, s * h * 32.0 + 4.0 * a * s, 1e-12));
+}
+
+/// Gradient bytes of one layer on a middle stage (the difference between two layers and one).
+fn layer_gradient_bytes(spec: &Spec, s: &Strategy) -> f64 {
+    let model = CostModel::with_calibration(spec, bare()).unwrap();
+    let one = model.stage_cost(s, 1, 1, s.recompute, Offload::default());
+    let two = model.stage_cost(s, 1, 2, s.recompute, Offload::default());
+    two.memory.gradients - one.memory.gradients
+}
+
+#[test]
+fn deepspeed_keeps_half_gradients_beside_an_fp32_buffer() {
+    let h = 4096.0;
+    let layer_params = 12.0 * h * h + 13.0 * h;
+    let mut s = strategy(8, 1, 2, 1);
+    s.zero = 1;
+    let mut megatron = spec(gpt(8, 4096, 32), 2, 64);
+    let mut deepspeed = megatron.clone();
+    deepspeed.train.framework = Framework::Deepspeed;
+    // bf16: Megatron's fp32 main gradients; DeepSpeed's bf16 gradients and its bf16
+    // optimizer's full-size fp32 accumulation buffer.
+    assert!(close(
+        layer_gradient_bytes(&megatron, &s),
+        4.0 * layer_params,
+        1e-12
+    ));
+    assert!(close(
+        layer_gradient_bytes(&deepspeed, &s),
+        6.0 * layer_params,
+        1e-12
+    ));
+    // fp16 with ZeRO-1: DeepSpeed's fp32 gradients are those of the rank's partition only.
+    megatron.train.precision = Precision::Fp16;
+    deepspeed.train.precision = Precision::Fp16;
+    assert!(close(
+        layer_gradient_bytes(&megatron, &s),
+        2.0 * layer_params,
+        1e-12
+    ));
+    let expected = (2.0 + 4.0 / 8.0) * layer_params;
+    assert!(close(layer_gradient_bytes(&deepspeed, &s), expected, 1e-12));
+    // ZeRO-2 shards the half-precision gradients too.
+    s.zero = 2;
+    let expected = (2.0 + 4.0) / 8.0 * layer_params;
+    assert!(close(layer_gradient_bytes(&deepspeed, &s), expected, 1e-12));
+}
+
+#[test]
+fn deepspeed_pipeline_sends_whole_activations_and_blocks() {
+    let (s, h, t) = (2048.0, 12288.0, 8.0);
+    let pp_seconds = |framework: Framework, exposed: f64| {
+        let mut spec = spec(gpt(96, 12288, 96), 64, 64);
+        spec.train.framework = framework;
+        let cal = Calibration {
+            pp_exposed: exposed,
+            ..bare()
+        };
+        let model = CostModel::with_calibration(&spec, cal).unwrap();
+        let out = model.stage_outputs(
+            &strategy(8, 8, 8, 1),
+            3,
+            12,
+            Recompute::None,
+            Offload::default(),
+        );
+        out[Output::PpComm.index()]
+    };
+    // Stages are a node apart: the inter-node link at its NCCL efficiency, no latency here.
+    let per_byte = 1.0 / (25e9 * Calibration::default().inter_node_comm_efficiency);
+    let activation = s * h * 2.0;
+    // Megatron: the 1/t slice, send paired with receive (2 transfers), calibrated exposure.
+    let megatron = pp_seconds(Framework::Megatron, 1.0);
+    assert!(close(megatron, 2.0 * activation / t * per_byte, 1e-12));
+    assert_eq!(pp_seconds(Framework::Megatron, 0.0), 0.0);
+    // DeepSpeed: the whole activation, four blocking transfers, exposed whatever the calibration.
+    let deepspeed = pp_seconds(Framework::Deepspeed, 0.0);
+    assert!(close(deepspeed, 4.0 * activation * per_byte, 1e-12));
 }
 
 #[test]

@@ -66,14 +66,14 @@ fn per_source_errors_stay_within_achieved_bounds() {
     };
     let throughput_bounds = [
         (Source::Korthikanti, 0.03, 0.05),
-        (Source::MegatronReadme, 0.05, 0.09),
+        (Source::MegatronReadme, 0.05, 0.10),
         (Source::Nemo, 0.08, 0.20),
-        (Source::Bloom, 0.21, 0.40),
+        (Source::Bloom, 0.11, 0.36),
         (Source::MptHopper, 0.07, 0.31),
         (Source::MptAmpere, 0.09, 0.49),
         (Source::Torchtitan, 0.18, 0.79),
         (Source::Mist, 0.13, 0.16),
-        (Source::MtNlg, 0.24, 0.25),
+        (Source::MtNlg, 0.15, 0.17),
     ];
     for (source, mean, max) in throughput_bounds {
         let stats = throughput(&outcomes, source);
@@ -86,9 +86,9 @@ fn per_source_errors_stay_within_achieved_bounds() {
         );
     }
     let memory_bounds = [
-        (Source::Bloom, 0.17, 0.40),
-        (Source::Torchtitan, 0.20, 0.36),
-        (Source::Mist, 0.18, 0.18),
+        (Source::Bloom, 0.15, 0.40),
+        (Source::Torchtitan, 0.31, 0.47),
+        (Source::Mist, 0.02, 0.02),
     ];
     for (source, mean, max) in memory_bounds {
         let stats = memory(&outcomes, source);
@@ -116,7 +116,7 @@ fn fit_decisions_stay_within_achieved_bounds() {
         .count();
     let caught = costed.iter().filter(|o| o.oom && !o.predicted_fits).count();
     assert!(
-        wrong_fit <= 16,
+        wrong_fit <= 5,
         "{wrong_fit} completed runs predicted not to fit"
     );
     assert!(caught >= 3, "only {caught} out-of-memory runs caught");

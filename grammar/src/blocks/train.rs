@@ -3,7 +3,7 @@
 use crate::ast::Name;
 use crate::diagnostic::Problem;
 use crate::fields::Fields;
-use crate::spec::{Optimizer, Precision, TrainSpec};
+use crate::spec::{Framework, Optimizer, Precision, TrainSpec};
 
 pub const FIELDS: &[&str] = &[
     "model",
@@ -14,6 +14,7 @@ pub const FIELDS: &[&str] = &[
     "optimizer",
     "flash_attention",
     "dropout",
+    "framework",
 ];
 
 /// Far beyond any training run; keeps token counts exact.
@@ -27,6 +28,12 @@ pub const PRECISIONS: &[(&str, Precision)] = &[
 ];
 
 const OPTIMIZERS: &[(&str, Optimizer)] = &[("adam", Optimizer::Adam), ("sgd", Optimizer::Sgd)];
+
+pub const FRAMEWORKS: &[(&str, Framework)] = &[
+    ("megatron", Framework::Megatron),
+    ("deepspeed", Framework::Deepspeed),
+    ("fsdp", Framework::Fsdp),
+];
 
 /// A train block before its references are looked up.
 pub struct TrainDef {
@@ -56,6 +63,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let optimizer = f.choice("optimizer", OPTIMIZERS).unwrap_or(Optimizer::Adam);
     let flash_attention = f.boolean("flash_attention").unwrap_or(true);
     let dropout = f.fraction("dropout").unwrap_or(0.0);
+    let framework = f.choice("framework", FRAMEWORKS).unwrap_or_default();
     if dropout >= 1.0 {
         let at = f.get("dropout").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -87,6 +95,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 optimizer,
                 flash_attention,
                 dropout,
+                framework,
             })
     };
     TrainDef {

@@ -56,6 +56,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             optimizer: Optimizer::Adam,
             flash_attention: true,
             dropout: 0.0,
+            framework: Default::default(),
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -124,6 +124,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             optimizer: Optimizer::Adam,
             flash_attention: true,
             dropout: 0.0,
+            framework: Default::default(),
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

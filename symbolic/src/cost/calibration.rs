@@ -71,17 +71,17 @@ impl KernelEfficiency {
         let base = match GpuGeneration::from_name(&gpu.name) {
             GpuGeneration::Volta => KernelEfficiency {
                 matmul: 0.8025,
-                matmul_half_dim: 102.37,
+                matmul_half_dim: 101.18,
                 fp8_matmul: 0.6,
                 attention: 0.40,
-                memory: 0.6586,
+                memory: 0.679,
             },
             GpuGeneration::Ampere => KernelEfficiency {
                 matmul: 0.7725,
-                matmul_half_dim: 102.37,
+                matmul_half_dim: 101.18,
                 fp8_matmul: 0.6,
                 attention: 0.2767,
-                memory: 0.6586,
+                memory: 0.679,
             },
             GpuGeneration::Ada => KernelEfficiency {
                 matmul: 0.80,
@@ -92,10 +92,10 @@ impl KernelEfficiency {
             },
             GpuGeneration::Hopper => KernelEfficiency {
                 matmul: 0.6100,
-                matmul_half_dim: 123.24,
+                matmul_half_dim: 121.82,
                 fp8_matmul: 0.85,
-                attention: 0.1820,
-                memory: 0.40,
+                attention: 0.1830,
+                memory: 0.4019,
             },
             GpuGeneration::Other => KernelEfficiency {
                 matmul: 0.75,
@@ -157,19 +157,19 @@ impl Default for Calibration {
     fn default() -> Self {
         Calibration {
             intra_node_comm_efficiency: 0.824,
-            inter_node_comm_efficiency: 0.7833,
+            inter_node_comm_efficiency: 0.70,
             tp_overlap: 0.0,
             dp_overlap: 0.0,
-            zero3_overlap: 0.679,
+            zero3_overlap: 0.7758,
             pp_exposed: 0.0,
             ep_overlap: 0.0,
-            layer_overhead_s: 59.62e-6,
+            layer_overhead_s: 90.21e-6,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
-            cuda_context_bytes: 0.595e9,
-            comm_buffer_bytes: 1.102e9,
-            fragmentation: 0.14,
-            logits_bytes_per_element: 6.0,
+            cuda_context_bytes: 0.9095e9,
+            comm_buffer_bytes: 3.0e9,
+            fragmentation: 0.0318,
+            logits_bytes_per_element: 6.18,
         }
     }
 }

@@ -6,6 +6,8 @@
 //! inside one node when that is at most `gpus_per_node`, which then uses the intra-node link;
 //! otherwise the inter-node link per GPU is the bottleneck of the ring.
 
+use tessel_grammar::Framework;
+
 use super::context::{k, Ctx};
 use super::parameters::stage_params;
 use crate::Expr;
@@ -44,14 +46,31 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
     }
 }
 
-/// Seconds of one device's pipeline sends and receives for one micro-batch: `v` activations
-/// forward and `v` gradients backward of `b·s/c·h` elements, split over tp (Megatron's
-/// scatter-gather: each tp rank sends its 1/t slice, the receiver all-gathers over NVLink).
+/// Seconds of one device's pipeline sends and receives for one micro-batch that stay on its
+/// critical path. Each of the `v` chunks receives and sends an activation of `b·s/c·h`
+/// elements forward and a gradient backward.
+/// - Megatron scatters the activation over the tp ranks (each sends its 1/t slice, the
+///   receiver all-gathers over NVLink; with sequence parallelism it is the shard anyway) and
+///   pairs each send with the opposite receive in one batched call: 2 transfers per chunk,
+///   of which the calibrated fraction `pp_exposed` stays exposed.
+/// - DeepSpeed's pipeline engine sends the whole activation from every tp rank with blocking
+///   sends and receives, one after another: 4 transfers per micro-batch, all exposed.
+/// - PyTorch pipelining sends the whole (sequence-parallel: sharded) activation, batched like
+///   Megatron's.
 pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
-    let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation) / ctx.t.clone();
+    let activation = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
     let span = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * ctx.p.clone();
     let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
-    pipelined * k(2.0) * ctx.v.clone() * ctx.p2p(bytes, span) * ctx.cal.pp_exposed
+    let (bytes, transfers, exposed) = match ctx.framework {
+        Framework::Megatron => (activation / ctx.t.clone(), 2.0, ctx.cal.pp_exposed),
+        Framework::Deepspeed => (activation / ctx.replicated_divisor(), 4.0, 1.0),
+        Framework::Fsdp => (
+            activation / ctx.replicated_divisor(),
+            2.0,
+            ctx.cal.pp_exposed,
+        ),
+    };
+    pipelined * k(transfers) * ctx.v.clone() * ctx.p2p(bytes, span) * exposed
 }
 
 /// Data-parallel traffic of one step for ZeRO 0–2, before overlap: ZeRO-0 all-reduces the

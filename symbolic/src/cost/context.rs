@@ -2,7 +2,7 @@
 //! model's, cluster's and training job's numbers as constants, and small expression helpers
 //! (indicators, GEMM time, memory-bound time, ring collectives).
 
-use tessel_grammar::{MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec};
+use tessel_grammar::{Framework, MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -100,6 +100,8 @@ pub(crate) struct Ctx {
     /// 1 when the model trains with dropout (its masks are kept and written), else 0.
     pub dropout: f64,
     pub fp8: bool,
+    pub precision: Precision,
+    pub framework: Framework,
     pub moe: Option<MoeNumbers>,
     pub bytes: StateBytes,
 
@@ -222,6 +224,8 @@ impl Ctx {
             flash: train.flash_attention,
             dropout: if train.dropout > 0.0 { 1.0 } else { 0.0 },
             fp8: train.precision == Precision::Fp8,
+            precision: train.precision,
+            framework: train.framework,
             moe,
             bytes,
             matmul_peak,

@@ -27,7 +27,15 @@
 //!
 //! For a GPT layer with dropout this is sbh(34 + 5as/h) without parallelism and 34sbh/t with tp + sp +
 //! selective recompute. A fully recomputed layer keeps its input, 2sbh (÷t with sp), and the
-//! layer being recomputed needs its full activations once.
+//! layer being recomputed needs its full activations once, after the last device's logits
+//! are freed: the peak holds the larger of the two.
+//!
+//! Buffers: the logits beyond that working set, ZeRO-3's gathered layers, NCCL buffers and the
+//! CUDA context, and allocator fragmentation as a fraction of the memory allocated and freed
+//! every micro-batch (activations, logits, gathered layers); the states live in flat buffers
+//! allocated once.
+
+use tessel_grammar::{Framework, Precision};
 
 use super::context::{above, k, Ctx};
 use super::parameters::{layer_params, sharded_params, stage_params};
@@ -107,6 +115,23 @@ pub(crate) struct StageMemory {
     pub buffers: Expr,
 }
 
+/// Gradient bytes per GPU. Megatron and FSDP accumulate and reduce one gradient copy (fp32
+/// for bf16, see `StateBytes::gradient`), sharded from ZeRO-2 on. DeepSpeed keeps the
+/// model's half-precision gradients (sharded from ZeRO-2 on) and an fp32 copy beside them:
+/// its bf16 optimizer accumulates into a full-size fp32 buffer, its fp16 ZeRO optimizer
+/// converts each rank's partition (sharded from ZeRO-1 on).
+fn gradient_bytes(ctx: &Ctx, z1: Expr, z2: Expr) -> Expr {
+    let half = ctx.bytes.master > 0.0;
+    if ctx.framework != Framework::Deepspeed || !half {
+        return k(ctx.bytes.gradient) * sharded_params(ctx, z2);
+    }
+    let fp32_sharding = match ctx.precision {
+        Precision::Bf16 => k(0.0),
+        _ => z1,
+    };
+    k(ctx.bytes.weight) * sharded_params(ctx, z2) + k(4.0) * sharded_params(ctx, fp32_sharding)
+}
+
 pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let params = stage_params(ctx);
     let (z1, z2, z3) = ctx.zero_flags();
@@ -116,7 +141,7 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let fp32_shard = bytes.weight.max(bytes.master);
     let weights = not_z3.clone() * bytes.weight * params
         + z3.clone() * fp32_shard * sharded_params(ctx, k(1.0));
-    let gradients = k(bytes.gradient) * sharded_params(ctx, z2);
+    let gradients = gradient_bytes(ctx, z1.clone(), z2);
     let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
     let optimizer = optimizer_bytes * sharded_params(ctx, z1);
 
@@ -129,8 +154,8 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
         + ctx.full.clone() * checkpoint
         + ctx.is_first() * (k(3.0) * sbh.clone() / rep.clone())
         + ctx.is_last() * (k(2.0) * sbh / rep);
-    let recompute_working_set = Expr::min([ctx.full.clone(), k(1.0)]) * layer;
-    let activations = in_flight(ctx) * per_microbatch + recompute_working_set;
+    let recompute_working_set = ctx.bind(Expr::min([ctx.full.clone(), k(1.0)]) * layer);
+    let activations = in_flight(ctx) * per_microbatch + recompute_working_set.clone();
 
     let logits = ctx.is_last() * ctx.tokens() * (ctx.vocab * ctx.cal.logits_bytes_per_element)
         / ctx.t.clone();
@@ -139,22 +164,22 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let weights = ctx.bind((k(1.0) - ctx.off_w.clone()) * weights);
     let gradients = ctx.bind((k(1.0) - ctx.off_g.clone()) * gradients);
     let optimizer = ctx.bind((k(1.0) - ctx.off_opt.clone()) * optimizer);
+    let kept_working_set = (k(1.0) - ctx.off_act.clone()) * recompute_working_set;
     let activations = ctx.bind((k(1.0) - ctx.off_act.clone()) * activations);
-    let logits = ctx.bind(logits);
+    // The logits live from the loss until the output layer's backward has used their
+    // gradient; the layer rebuilt by full recompute lives during that layer's backward, later.
+    // The peak holds the larger of the two: the working set is in the activations, the
+    // logits count for what they exceed it by.
+    let logits = ctx.bind(Expr::max([logits - kept_working_set, k(0.0)]));
     let gathered = ctx.bind(gathered);
-    let allocated = Expr::sum([
-        weights.clone(),
-        gradients.clone(),
-        optimizer.clone(),
-        activations.clone(),
-        logits.clone(),
-        gathered.clone(),
-    ]);
+    // Weights, gradients and optimizer states sit in flat buffers allocated once; the caching
+    // allocator fragments around what is allocated and freed every micro-batch.
+    let dynamic = Expr::sum([activations.clone(), logits.clone(), gathered.clone()]);
     let buffers = Expr::sum([
         logits,
         gathered,
         k(ctx.cal.comm_buffer_bytes + ctx.cal.cuda_context_bytes),
-        allocated * ctx.cal.fragmentation,
+        dynamic * ctx.cal.fragmentation,
     ]);
     StageMemory {
         weights,

@@ -2,8 +2,8 @@
 //! what was measured. Rows that lack something the cost model needs are kept with the reason.
 
 use tessel_grammar::{
-    Choice, MlpKind, ModelSpec, NormKind, Objective, Optimizer, PositionKind, Precision, Recompute,
-    SearchSpace, Spec, Strategy, TrainSpec,
+    Choice, Framework, MlpKind, ModelSpec, NormKind, Objective, Optimizer, PositionKind, Precision,
+    Recompute, SearchSpace, Spec, Strategy, TrainSpec,
 };
 
 use super::hardware::{cluster_for, gpu_for};
@@ -127,6 +127,24 @@ pub struct Skipped {
     pub source: Source,
     pub model: String,
     pub reason: String,
+}
+
+/// The software a row trained with: what its notes or ZeRO column name (DeepSpeed, FSDP), else
+/// what its source states for all its runs (BLOOM and MT-NLG ran Megatron-DeepSpeed,
+/// torchtitan and llm-foundry are FSDP-based), else Megatron-LM.
+fn framework_of(source: Source, notes: &str, zero_column: &str) -> Framework {
+    let notes = notes.to_ascii_lowercase();
+    if notes.contains("deepspeed") {
+        return Framework::Deepspeed;
+    }
+    if zero_column.contains("fsdp") || notes.contains("fsdp") {
+        return Framework::Fsdp;
+    }
+    match source {
+        Source::Bloom | Source::MtNlg => Framework::Deepspeed,
+        Source::Torchtitan | Source::MptHopper | Source::MptAmpere => Framework::Fsdp,
+        _ => Framework::Megatron,
+    }
 }
 
 /// Reads every row of the table (the first record is the header).
@@ -392,6 +410,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         0
     };
 
+    let framework = framework_of(source, notes, &zero_column);
     let train = TrainSpec {
         seq_len: seq,
         global_batch,
@@ -399,6 +418,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         optimizer: Optimizer::Adam,
         flash_attention: flash,
         dropout,
+        framework,
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {

@@ -93,7 +93,15 @@ pub fn evaluate_case(
             MemoryMeasure::Device => device,
             MemoryMeasure::Reserved => device - outside_allocator,
             MemoryMeasure::Allocated => {
-                (device - outside_allocator) / (1.0 + calibration.fragmentation)
+                // Fragmentation is a fraction of what is not states (see `cost::memory`).
+                let peak = estimate
+                    .stages
+                    .iter()
+                    .map(|stage| stage.memory)
+                    .max_by(|a, b| a.total().total_cmp(&b.total()))
+                    .unwrap_or_default();
+                let states = peak.weights + peak.gradients + peak.optimizer;
+                states + (device - outside_allocator - states) / (1.0 + calibration.fragmentation)
             }
         };
         outcome.memory = Some((measured, predicted));
