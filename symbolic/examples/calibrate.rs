@@ -1,7 +1,8 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of at most 15 parameters (per-generation kernel
-//!    efficiencies, NCCL efficiencies, overlap fractions, per-layer overhead), each inside a
+//! 1. Throughput: a coordinate search of at most 16 parameters (per-generation kernel
+//!    efficiencies, NCCL efficiencies, overlap fractions, per-layer overhead, DeepSpeed's
+//!    kernels relative to Megatron-LM's), each inside a
 //!    physically plausible range, on every source with complete configurations. Each source
 //!    weighs the same (its mean absolute error), so the 149 MPT rows do not drown the 8 rows of
 //!    Korthikanti et al., whose Table 5 also carries its own target term.
@@ -46,7 +47,7 @@ const fn parameter(name: &'static str, low: f64, high: f64) -> Parameter {
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, link efficiencies between half and
 /// 95 % of the link rate, overlaps between none and full, at most 100 µs per layer pass.
-const THROUGHPUT: [Parameter; 15] = [
+const THROUGHPUT: [Parameter; 16] = [
     parameter("ampere.matmul", 0.55, 0.92),
     parameter("volta.matmul", 0.55, 0.92),
     parameter("hopper.matmul", 0.50, 0.85),
@@ -64,6 +65,8 @@ const THROUGHPUT: [Parameter; 15] = [
     parameter("zero3_overlap", 0.0, 1.0),
     parameter("pp_exposed", 0.0, 1.0),
     parameter("layer_overhead_s", 0.0, 100e-6),
+    // DeepSpeed's kernels relative to Megatron-LM's: between much slower and a little faster.
+    parameter("deepspeed_kernels", 0.6, 1.1),
 ];
 
 /// The memory overheads and their plausible ranges.
@@ -101,6 +104,7 @@ impl State {
             "zero3_overlap" => &mut self.cal.zero3_overlap,
             "pp_exposed" => &mut self.cal.pp_exposed,
             "layer_overhead_s" => &mut self.cal.layer_overhead_s,
+            "deepspeed_kernels" => &mut self.cal.deepspeed_kernels,
             "cuda_context_bytes" => &mut self.cal.cuda_context_bytes,
             "comm_buffer_bytes" => &mut self.cal.comm_buffer_bytes,
             "fragmentation" => &mut self.cal.fragmentation,
@@ -128,7 +132,7 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 19] = [
+const PRIORS: [(&str, f64); 20] = [
     ("ampere.matmul", 0.75),
     ("volta.matmul", 0.75),
     ("hopper.matmul", 0.70),
@@ -144,6 +148,7 @@ const PRIORS: [(&str, f64); 19] = [
     ("zero3_overlap", 0.50),
     ("pp_exposed", 0.50),
     ("layer_overhead_s", 20e-6),
+    ("deepspeed_kernels", 1.0),
     ("cuda_context_bytes", 1.0e9),
     ("comm_buffer_bytes", 1.0e9),
     ("fragmentation", 0.10),

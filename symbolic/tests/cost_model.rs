@@ -270,6 +270,31 @@ fn deepspeed_pipeline_sends_whole_activations_and_blocks() {
 }
 
 #[test]
+fn deepspeed_kernels_run_at_their_calibrated_fraction() {
+    let compute = |framework: Framework| {
+        let mut spec = spec(gpt(8, 4096, 32), 1, 64);
+        spec.train.framework = framework;
+        let cal = Calibration {
+            deepspeed_kernels: 0.8,
+            layer_overhead_s: 0.0,
+            ..bare()
+        };
+        let model = CostModel::with_calibration(&spec, cal).unwrap();
+        let out = model.stage_outputs(
+            &strategy(8, 1, 1, 1),
+            0,
+            8,
+            Recompute::None,
+            Offload::default(),
+        );
+        out[Output::Compute.index()]
+    };
+    let megatron = compute(Framework::Megatron);
+    assert!(close(compute(Framework::Deepspeed), megatron / 0.8, 1e-12));
+    assert!(close(compute(Framework::Fsdp), megatron, 1e-12));
+}
+
+#[test]
 fn key_value_heads_are_replicated_past_tensor_parallelism() {
     let mut model = gpt(4, 4096, 32);
     model.kv_heads = 2;

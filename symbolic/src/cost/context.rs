@@ -231,7 +231,7 @@ impl Ctx {
             matmul_peak,
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
-            efficiency,
+            efficiency: efficiency.for_framework(train.framework, &cal),
             cal,
             bindings: RefCell::new(Vec::new()),
             shared: RefCell::new(BTreeMap::new()),
