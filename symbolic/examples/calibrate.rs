@@ -16,7 +16,8 @@
 //! Prints markdown for `symbolic/tests/validation_preamble.md`; the committed defaults in
 //! `symbolic/src/cost/calibration.rs` are the full fit's output.
 //!
-//! `cargo run --release -p tessel-symbolic --example calibrate`
+//! `cargo run --release -p tessel-symbolic --example calibrate` (`SKIP_CV=1` stops after the
+//! full fit, for trying a change to the model).
 
 use std::collections::BTreeMap;
 
@@ -326,6 +327,9 @@ fn main() {
         }
     }
 
+    if std::env::var_os("SKIP_CV").is_some() {
+        return;
+    }
     let in_fit = throughput_by_source(&all, &outcomes(&all, &fitted));
     let sources: Vec<Source> = in_fit.keys().copied().collect();
     println!(

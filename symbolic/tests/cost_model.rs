@@ -238,6 +238,31 @@ fn deepspeed_keeps_half_gradients_beside_an_fp32_buffer() {
 }
 
 #[test]
+fn deepspeed_fp16_zero_keeps_two_buckets() {
+    let buffers = |framework: Framework, precision: Precision, zero: u8| {
+        let mut spec = spec(gpt(8, 4096, 32), 2, 64);
+        spec.train.framework = framework;
+        spec.train.precision = precision;
+        let model = CostModel::with_calibration(&spec, bare()).unwrap();
+        let mut s = strategy(8, 1, 2, 1);
+        s.zero = zero;
+        model
+            .stage_cost(&s, 0, 4, Recompute::None, Offload::default())
+            .memory
+            .buffers
+    };
+    let megatron = buffers(Framework::Megatron, Precision::Fp16, 1);
+    let deepspeed = buffers(Framework::Deepspeed, Precision::Fp16, 1);
+    // reduce_bucket_size and allgather_bucket_size, 5e8 fp16 elements each.
+    assert!(close(deepspeed - megatron, 2.0 * 5e8 * 2.0, 1e-9));
+    assert_eq!(buffers(Framework::Deepspeed, Precision::Fp16, 0), megatron);
+    assert_eq!(
+        buffers(Framework::Deepspeed, Precision::Bf16, 1),
+        buffers(Framework::Megatron, Precision::Bf16, 1)
+    );
+}
+
+#[test]
 fn deepspeed_pipeline_sends_whole_activations_and_blocks() {
     let (s, h, t) = (2048.0, 12288.0, 8.0);
     let pp_seconds = |framework: Framework, exposed: f64| {

@@ -86,7 +86,7 @@ fn per_source_errors_stay_within_achieved_bounds() {
         );
     }
     let memory_bounds = [
-        (Source::Bloom, 0.15, 0.40),
+        (Source::Bloom, 0.13, 0.37),
         (Source::Torchtitan, 0.31, 0.47),
         (Source::Mist, 0.02, 0.02),
     ];
@@ -119,7 +119,7 @@ fn fit_decisions_stay_within_achieved_bounds() {
         wrong_fit <= 5,
         "{wrong_fit} completed runs predicted not to fit"
     );
-    assert!(caught >= 3, "only {caught} out-of-memory runs caught");
+    assert!(caught >= 4, "only {caught} out-of-memory runs caught");
 }
 
 #[test]

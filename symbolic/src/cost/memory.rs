@@ -132,6 +132,20 @@ fn gradient_bytes(ctx: &Ctx, z1: Expr, z2: Expr) -> Expr {
     k(ctx.bytes.weight) * sharded_params(ctx, z2) + k(4.0) * sharded_params(ctx, fp32_sharding)
 }
 
+/// Elements in each of DeepSpeed's ZeRO communication buckets: the defaults of
+/// `reduce_bucket_size` and `allgather_bucket_size` (DeepSpeed's configuration reference).
+const DEEPSPEED_BUCKET_ELEMENTS: f64 = 5e8;
+
+/// DeepSpeed's fp16 ZeRO optimizer reduces gradients and gathers updated weights through one
+/// bucket each, allocated for the whole run; its bf16 optimizer and the other stacks reduce
+/// in place.
+fn zero_buckets(ctx: &Ctx, z1: Expr) -> Expr {
+    if ctx.framework != Framework::Deepspeed || ctx.precision != Precision::Fp16 {
+        return k(0.0);
+    }
+    z1 * (2.0 * DEEPSPEED_BUCKET_ELEMENTS * ctx.bytes.weight)
+}
+
 pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let params = stage_params(ctx);
     let (z1, z2, z3) = ctx.zero_flags();
@@ -143,7 +157,7 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
         + z3.clone() * fp32_shard * sharded_params(ctx, k(1.0));
     let gradients = gradient_bytes(ctx, z1.clone(), z2);
     let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
-    let optimizer = optimizer_bytes * sharded_params(ctx, z1);
+    let optimizer = optimizer_bytes * sharded_params(ctx, z1.clone());
 
     let (layer, droppable) = layer_activations(ctx);
     let kept = layer.clone() - ctx.selective.clone() * droppable;
@@ -179,6 +193,7 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
         logits,
         gathered,
         k(ctx.cal.comm_buffer_bytes + ctx.cal.cuda_context_bytes),
+        zero_buckets(ctx, z1),
         dynamic * ctx.cal.fragmentation,
     ]);
     StageMemory {
