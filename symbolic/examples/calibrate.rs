@@ -1,6 +1,6 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of at most 16 parameters (per-generation kernel
+//! 1. Throughput: a coordinate search of at most 17 parameters (per-generation kernel
 //!    efficiencies, NCCL efficiencies, overlap fractions, per-layer overhead, DeepSpeed's
 //!    kernels relative to Megatron-LM's), each inside a
 //!    physically plausible range, on every source with complete configurations. Each source
@@ -32,6 +32,7 @@ struct State {
     ampere: KernelEfficiency,
     volta: KernelEfficiency,
     hopper: KernelEfficiency,
+    ada: KernelEfficiency,
 }
 
 /// A fitted parameter: its name and the range the search may use.
@@ -48,10 +49,11 @@ const fn parameter(name: &'static str, low: f64, high: f64) -> Parameter {
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, link efficiencies between half and
 /// 95 % of the link rate, overlaps between none and full, at most 100 µs per layer pass.
-const THROUGHPUT: [Parameter; 16] = [
+const THROUGHPUT: [Parameter; 17] = [
     parameter("ampere.matmul", 0.55, 0.92),
     parameter("volta.matmul", 0.55, 0.92),
     parameter("hopper.matmul", 0.50, 0.85),
+    parameter("ada.matmul", 0.55, 0.92),
     parameter("hopper.fp8_matmul", 0.35, 0.85),
     parameter("half_dim", 32.0, 512.0),
     parameter("ampere.attention", 0.15, 0.75),
@@ -84,6 +86,7 @@ impl State {
             GpuGeneration::Ampere => self.ampere,
             GpuGeneration::Volta => self.volta,
             GpuGeneration::Hopper => self.hopper,
+            GpuGeneration::Ada => self.ada,
             _ => KernelEfficiency::for_gpu(&case.spec.cluster.gpu),
         }
     }
@@ -93,6 +96,7 @@ impl State {
             "ampere.matmul" => &mut self.ampere.matmul,
             "volta.matmul" => &mut self.volta.matmul,
             "hopper.matmul" => &mut self.hopper.matmul,
+            "ada.matmul" => &mut self.ada.matmul,
             "hopper.fp8_matmul" => &mut self.hopper.fp8_matmul,
             "half_dim" => &mut self.ampere.matmul_half_dim,
             "ampere.attention" => &mut self.ampere.attention,
@@ -133,10 +137,11 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 20] = [
+const PRIORS: [(&str, f64); 21] = [
     ("ampere.matmul", 0.75),
     ("volta.matmul", 0.75),
     ("hopper.matmul", 0.70),
+    ("ada.matmul", 0.75),
     ("hopper.fp8_matmul", 0.60),
     ("half_dim", 128.0),
     ("ampere.attention", 0.50),
@@ -287,10 +292,11 @@ fn main() {
             .find(|c| GpuGeneration::from_name(&c.spec.cluster.gpu.name) == generation)
             .map(|c| KernelEfficiency::for_gpu(&c.spec.cluster.gpu))
     };
-    let (Some(ampere), Some(volta), Some(hopper)) = (
+    let (Some(ampere), Some(volta), Some(hopper), Some(ada)) = (
         default_for(GpuGeneration::Ampere),
         default_for(GpuGeneration::Volta),
         default_for(GpuGeneration::Hopper),
+        default_for(GpuGeneration::Ada),
     ) else {
         eprintln!("the table lacks a GPU generation");
         return;
@@ -300,6 +306,7 @@ fn main() {
         ampere,
         volta,
         hopper,
+        ada,
     };
     for (name, value) in PRIORS {
         if let Some(parameter) = THROUGHPUT.iter().chain(&MEMORY).find(|p| p.name == name) {

@@ -138,7 +138,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     };
     // FP8 GEMMs cast their inputs (read 2 bytes, write 1) in forward and their output
     // gradients in backward.
-    let casts = if ctx.fp8 {
+    let casts = if ctx.is_fp8() {
         k(3.0) * tokens.clone() * (k(2.0 * h) / rep.clone() + (mlp_width + ctx.q_dim) / t.clone())
     } else {
         k(0.0)

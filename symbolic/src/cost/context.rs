@@ -99,7 +99,6 @@ pub(crate) struct Ctx {
     pub flash: bool,
     /// 1 when the model trains with dropout (its masks are kept and written), else 0.
     pub dropout: f64,
-    pub fp8: bool,
     pub precision: Precision,
     pub framework: Framework,
     pub moe: Option<MoeNumbers>,
@@ -223,7 +222,6 @@ impl Ctx {
             },
             flash: train.flash_attention,
             dropout: if train.dropout > 0.0 { 1.0 } else { 0.0 },
-            fp8: train.precision == Precision::Fp8,
             precision: train.precision,
             framework: train.framework,
             moe,
@@ -242,6 +240,11 @@ impl Ctx {
             inter_latency: cluster.inter_node.latency,
             host_link: cluster.host_link,
         }
+    }
+
+    /// FP8 training: fp8 GEMMs, their casts and 1-byte GEMM inputs kept for backward.
+    pub fn is_fp8(&self) -> bool {
+        self.precision == Precision::Fp8
     }
 
     /// Names `expr` as the next intermediate and returns its symbol.
@@ -329,7 +332,7 @@ impl Ctx {
     /// Seconds of a GEMM of `flops` whose dimensions are `dims` (per GPU).
     pub fn gemm(&self, flops: Expr, dims: Vec<Expr>) -> Expr {
         let smallest = Expr::min(dims);
-        let fraction = if self.fp8 {
+        let fraction = if self.is_fp8() {
             self.efficiency.fp8_matmul
         } else {
             self.efficiency.matmul

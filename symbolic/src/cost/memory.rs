@@ -57,7 +57,7 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
     let act = ctx.bytes.activation / 2.0;
     let h = ctx.hidden;
     // FP8 training keeps the fp8 copies of GEMM inputs for backward (1 byte instead of 2).
-    let g = if ctx.fp8 { 0.5 } else { 1.0 };
+    let g = if ctx.is_fp8() { 0.5 } else { 1.0 };
     let masks = 2.0 * ctx.dropout;
     let replicated = k((4.0 + masks + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
     let attention = k((2.0 + 2.0 * g) * ctx.q_dim * act) * sb.clone() / t.clone()
