@@ -95,8 +95,8 @@ impl KernelEfficiency {
             GpuGeneration::Hopper => KernelEfficiency {
                 matmul: 0.6100,
                 matmul_half_dim: 123.13,
-                fp8_matmul: 0.85,
-                attention: 0.1822,
+                fp8_matmul: 0.8105,
+                attention: 0.1777,
                 memory: 0.40,
             },
             GpuGeneration::Other => KernelEfficiency {
@@ -180,14 +180,14 @@ pub struct Calibration {
 impl Default for Calibration {
     fn default() -> Self {
         Calibration {
-            intra_node_comm_efficiency: 0.7993,
-            inter_node_comm_efficiency: 0.9249,
+            intra_node_comm_efficiency: 0.824,
+            inter_node_comm_efficiency: 0.95,
             tp_overlap: 0.0,
             dp_overlap: 0.0,
-            zero3_overlap: 0.5430,
+            zero3_overlap: 0.5238,
             pp_exposed: 0.0,
             ep_overlap: 0.0,
-            layer_overhead_s: 65.5e-6,
+            layer_overhead_s: 89.3e-6,
             deepspeed_kernels: 0.8245,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,

@@ -147,6 +147,34 @@ fn framework_of(source: Source, notes: &str, zero_column: &str) -> Framework {
     }
 }
 
+/// A GPT-3-style shape: layers, hidden size and heads (the MLP is 4 × hidden).
+#[derive(Clone, Copy)]
+struct Gpt3Shape {
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+}
+
+/// GPT-2's BPE vocabulary, which GPT-3 and NeMo's GPT-3 configurations use.
+const GPT2_BPE_VOCAB: u64 = 50257;
+
+/// The shapes of the GPT-3 models NeMo's performance tables name without giving them: NeMo's
+/// training configurations (NeMo-Framework-Launcher `launcher_scripts/conf/training/gpt3/5b.yaml`
+/// and `20b.yaml`) and the GPT-3 paper's Table 2.1 for 175B.
+fn published_gpt3_shape(model: &str) -> Option<Gpt3Shape> {
+    let shape = |layers, hidden, heads| Gpt3Shape {
+        layers,
+        hidden,
+        heads,
+    };
+    match model {
+        "GPT3-5B" => Some(shape(24, 4096, 32)),
+        "GPT3-20B" => Some(shape(44, 6144, 48)),
+        "GPT3-175B" => Some(shape(96, 12288, 96)),
+        _ => None,
+    }
+}
+
 /// Reads every row of the table (the first record is the header).
 pub fn cases_from_records(records: &[Vec<String>]) -> (Vec<Case>, Vec<Skipped>) {
     let mut cases = Vec::new();
@@ -211,11 +239,23 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     let model_name = row.get("model");
     let mut assumptions = Vec::new();
 
-    let layers = row.require("layers")?;
-    let hidden = row.require("hidden")?;
-    let heads = row.require("heads")?;
-    let ffn = row.require("ffn_hidden")?;
-    let vocab = row.require("vocab")?;
+    let published_shape = published_gpt3_shape(model_name);
+    let shape = |column: &str, published: Option<u64>| match (row.count(column), published) {
+        (Some(value), _) | (None, Some(value)) => Ok(value),
+        (None, None) => Err(format!("`{column}` not given")),
+    };
+    let layers = shape("layers", published_shape.map(|s| s.layers))?;
+    let hidden = shape("hidden", published_shape.map(|s| s.hidden))?;
+    let heads = shape("heads", published_shape.map(|s| s.heads))?;
+    let ffn = shape("ffn_hidden", published_shape.map(|s| 4 * s.hidden))?;
+    let vocab = shape("vocab", published_shape.map(|_| GPT2_BPE_VOCAB))?;
+    if published_shape.is_some() && row.count("layers").is_none() {
+        assumptions.push(
+            "shape of NeMo's GPT-3 configuration (NeMo-Framework-Launcher conf/training/gpt3; \
+             175B: arXiv 2005.14165 Table 2.1), GPT-2 BPE vocabulary"
+                .into(),
+        );
+    }
     let seq = row.require("seq_len")?;
     let gpus = row.require("num_gpus")?;
     let tp = row.count("tp").unwrap_or(1);
@@ -292,10 +332,11 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     } else {
         heads
     };
-    let gpt2_style = matches!(
-        source,
-        Source::Korthikanti | Source::MegatronReadme | Source::MtNlg | Source::Mist
-    );
+    let gpt2_style = published_shape.is_some()
+        || matches!(
+            source,
+            Source::Korthikanti | Source::MegatronReadme | Source::MtNlg | Source::Mist
+        );
     // Megatron-LM's GPT models and Hugging Face's GPT-2 train with hidden and attention dropout
     // 0.1; BLOOM (its tr11 configuration), MPT, Llama-style torchtitan and NeMo runs with none.
     let dropout = if gpt2_style { 0.1 } else { 0.0 };
