@@ -87,6 +87,17 @@ fn megatron_1t_is_a_trillion() {
 }
 
 #[test]
+fn bloom_count_matches_bigscience_but_the_embedding_norm() {
+    let stdout = stdout_ok("specs/bloom-176b.tsl");
+    // Le Scao et al. (2022): 176,247,271,424, which includes the embedding LayerNorm (2h).
+    assert_eq!(parameters(&stdout).0 + 2 * 14336, 176_247_271_424);
+    assert!(
+        stdout.contains("\n  framework       deepspeed\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn mixtral_total_and_active_match_mistral() {
     let (total, active) = parameters(&stdout_ok("specs/mixtral-8x7b.tsl"));
     assert_eq!(billions(total), 46.7);

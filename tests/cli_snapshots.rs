@@ -12,6 +12,10 @@ const CASES: &[(&str, &[&str])] = &[
         &["estimate", "specs/llama3-70b.tsl"],
     ),
     (
+        "estimate_bloom_deepspeed",
+        &["estimate", "specs/bloom-176b.tsl"],
+    ),
+    (
         "estimate_gpt3_175b_json",
         &[
             "estimate",
