@@ -203,6 +203,12 @@ impl Framework {
         *self == Framework::Megatron
     }
 
+    /// Whether the software runs interleaved (virtual-stage) pipeline schedules: DeepSpeed's
+    /// pipeline engine does not.
+    pub fn interleaves(self) -> bool {
+        self != Framework::Deepspeed
+    }
+
     /// The spec language's word for it.
     pub fn name(self) -> &'static str {
         match self {

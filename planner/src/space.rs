@@ -20,7 +20,7 @@
 //! - offload: none, half or all of the optimizer states, and all optimizer states plus half the
 //!   activations.
 
-use tessel_grammar::{Choice, Framework, Offload, Recompute, SearchSpace, Spec, Strategy};
+use tessel_grammar::{Choice, Offload, Recompute, SearchSpace, Spec, Strategy};
 
 /// The degrees and settings fixed outside the inner problem. Field order is the canonical
 /// tie-breaking order of configurations.
@@ -317,7 +317,7 @@ fn enumerate_inner(
     let search = &spec.search;
     let model = &spec.model;
     let per_rank = spec.train.global_batch / dp;
-    let interleaving = spec.train.framework != Framework::Deepspeed;
+    let interleaving = spec.train.framework.interleaves();
     let eps = values_or(&search.ep, || match &model.moe {
         Some(moe) => divisors(moe.experts)
             .into_iter()

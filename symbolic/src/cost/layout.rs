@@ -1,7 +1,7 @@
 //! Where layers go: spreading a model's layers over pipeline devices and interleaved chunks,
 //! and the checks a strategy must pass before it can be costed.
 
-use tessel_grammar::{Framework, Recompute, Spec, Strategy};
+use tessel_grammar::{Recompute, Spec, Strategy};
 
 use super::CostError;
 
@@ -120,7 +120,7 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
     if strategy.interleave > 1 && strategy.pp == 1 {
         return fail("interleave > 1 needs pp > 1".to_string());
     }
-    if strategy.interleave > 1 && spec.train.framework == Framework::Deepspeed {
+    if strategy.interleave > 1 && !spec.train.framework.interleaves() {
         return fail(
             "DeepSpeed's pipeline engine has no interleaved schedule: use interleave = 1"
                 .to_string(),

@@ -121,8 +121,7 @@ pub(crate) struct StageMemory {
 /// its bf16 optimizer accumulates into a full-size fp32 buffer, its fp16 ZeRO optimizer
 /// converts each rank's partition (sharded from ZeRO-1 on).
 fn gradient_bytes(ctx: &Ctx, z1: Expr, z2: Expr) -> Expr {
-    let half = ctx.bytes.master > 0.0;
-    if ctx.framework != Framework::Deepspeed || !half {
+    if ctx.framework != Framework::Deepspeed || ctx.precision == Precision::Fp32 {
         return k(ctx.bytes.gradient) * sharded_params(ctx, z2);
     }
     let fp32_sharding = match ctx.precision {
