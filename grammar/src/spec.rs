@@ -219,6 +219,34 @@ impl Framework {
     }
 }
 
+/// How FP8 training scales its tensors into the 8-bit range, which decides the cast passes
+/// around every FP8 GEMM, the GEMM kernel, and what travels in FP8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fp8Scaling {
+    /// Transformer Engine's delayed scaling (Megatron-LM, NeMo, DeepSpeed): the scale comes
+    /// from earlier steps' amax history, so each cast is one pass fused with its neighbour.
+    Delayed,
+    /// Dynamic per-tensor scaling (torchao, torchtitan): an amax pass over each GEMM input
+    /// before its cast; weights are all-gathered in FP8 under FSDP, and the sequence-parallel
+    /// all-gathers of tensor parallelism move FP8.
+    Tensorwise,
+    /// Dynamic per-row scaling (torchao): row and column scales for each input and its
+    /// transpose, and a row-scaled GEMM kernel; nothing is communicated in FP8.
+    Rowwise,
+}
+
+impl Fp8Scaling {
+    /// The spec language's word for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Scaling::Delayed => "delayed",
+            Fp8Scaling::Tensorwise => "tensorwise",
+            Fp8Scaling::Rowwise => "rowwise",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainSpec {
     pub seq_len: u64,
@@ -234,6 +262,35 @@ pub struct TrainSpec {
     /// The training software (Megatron-LM unless the spec says otherwise).
     #[serde(default, skip_serializing_if = "Framework::is_megatron")]
     pub framework: Framework,
+    /// FP8 scaling as written; `None` takes the framework's own (see
+    /// [`TrainSpec::fp8_scaling`]). Only allowed with `precision = fp8`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_scaling: Option<Fp8Scaling>,
+    /// Whether the loss runs as a fused cross-entropy kernel, as written; `None` takes the
+    /// framework's own (see [`TrainSpec::fused_cross_entropy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused_cross_entropy: Option<bool>,
+}
+
+impl TrainSpec {
+    /// The FP8 scaling in effect: as written, else the framework's FP8 library's default,
+    /// Transformer Engine's delayed scaling for Megatron-LM and DeepSpeed, torchao's
+    /// tensor-wise dynamic scaling for the PyTorch-native stacks.
+    pub fn fp8_scaling(&self) -> Fp8Scaling {
+        self.fp8_scaling.unwrap_or(match self.framework {
+            Framework::Megatron | Framework::Deepspeed => Fp8Scaling::Delayed,
+            Framework::Fsdp => Fp8Scaling::Tensorwise,
+        })
+    }
+
+    /// Whether the loss is a fused cross-entropy kernel: as written, else the framework's
+    /// own. Megatron-LM's vocabulary-parallel cross-entropy (DeepSpeed runs Megatron's) works
+    /// on the logits in place; the PyTorch-native stacks call PyTorch's cross-entropy on
+    /// logits upcast to fp32, as torchtitan does.
+    pub fn fused_cross_entropy(&self) -> bool {
+        self.fused_cross_entropy
+            .unwrap_or(self.framework != Framework::Fsdp)
+    }
 }
 
 fn is_zero(value: &f64) -> bool {

@@ -92,6 +92,8 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         flash_attention: true,
         dropout: 0.0,
         framework: Default::default(),
+        fp8_scaling: None,
+        fused_cross_entropy: None,
     }
 }
 

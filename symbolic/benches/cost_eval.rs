@@ -71,6 +71,8 @@ fn spec() -> Spec {
             flash_attention: true,
             dropout: 0.0,
             framework: Default::default(),
+            fp8_scaling: None,
+            fused_cross_entropy: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

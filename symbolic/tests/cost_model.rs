@@ -3,8 +3,9 @@
 //! formulas.
 
 use tessel_grammar::{
-    ClusterSpec, Framework, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind, Offload,
-    PeakCompute, PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+    ClusterSpec, Fp8Scaling, Framework, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind,
+    Offload, PeakCompute, PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy,
+    TrainSpec,
 };
 use tessel_symbolic::cost::{
     render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, Output,
@@ -77,6 +78,8 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             // Korthikanti et al.'s activation formulas count the dropout masks.
             dropout: 0.1,
             framework: Default::default(),
+            fp8_scaling: None,
+            fused_cross_entropy: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),
@@ -895,4 +898,126 @@ fn arbitrary_inputs_never_panic() {
         models > 1000 && estimates > 5,
         "{models} models, {estimates} estimates"
     );
+}
+
+/// Stage outputs of an FP8 job on a GPU with an fp8 peak, under `framework` and `scaling`.
+fn fp8_outputs(
+    framework: Framework,
+    scaling: Fp8Scaling,
+    cal: Calibration,
+    s: &Strategy,
+    layers: u64,
+) -> [f64; Output::ALL.len()] {
+    let mut spec = spec(gpt(8, 4096, 32), 2, 64);
+    spec.cluster.gpu.peak.fp8 = 624e12;
+    spec.train.precision = Precision::Fp8;
+    spec.train.framework = framework;
+    spec.train.fp8_scaling = Some(scaling);
+    let model = CostModel::with_calibration(&spec, cal).unwrap();
+    model.stage_outputs(s, 1, layers, Recompute::None, Offload::default())
+}
+
+#[test]
+fn fp8_scalings_pay_their_cast_passes_and_kernels() {
+    let (tokens, h) = (2048.0, 4096.0);
+    let cal = Calibration {
+        fp8_rowwise_matmul: 1.0,
+        layer_overhead_s: 0.0,
+        ..bare()
+    };
+    let s = strategy(16, 1, 1, 1);
+    let compute = |scaling: Fp8Scaling, cal: Calibration| {
+        fp8_outputs(Framework::Megatron, scaling, cal, &s, 8)[Output::Compute.index()]
+    };
+    let delayed = compute(Fp8Scaling::Delayed, cal);
+    // Per layer and direction, the cast inputs are the QKV and MLP inputs (h each), the
+    // output projection's (h) and the down projection's (4h): 7h per token.
+    let bandwidth = 2.039e12 * 0.679;
+    let per_byte = 8.0 * 2.0 * tokens * 7.0 * h / bandwidth;
+    // Tensor-wise: an amax read of 2 bytes more; row-wise: 5 more (column scales and casts).
+    assert!(close(
+        compute(Fp8Scaling::Tensorwise, cal) - delayed,
+        2.0 * per_byte,
+        1e-9
+    ));
+    let rowwise = compute(Fp8Scaling::Rowwise, cal);
+    assert!(close(rowwise - delayed, 5.0 * per_byte, 1e-9));
+    // Row-scaled GEMMs at their calibrated fraction of the tensor-scaled ones.
+    let slow = Calibration {
+        fp8_rowwise_matmul: 0.5,
+        ..cal
+    };
+    assert!(compute(Fp8Scaling::Rowwise, slow) > rowwise);
+    assert_eq!(
+        compute(Fp8Scaling::Tensorwise, slow),
+        compute(Fp8Scaling::Tensorwise, cal)
+    );
+}
+
+#[test]
+fn torchao_tensorwise_gathers_fp8_and_keeps_bf16_inputs() {
+    let cal = Calibration {
+        zero3_overlap: 0.0,
+        ..bare()
+    };
+    let mut s = strategy(8, 2, 1, 1);
+    s.zero = 3;
+    s.sequence_parallel = true;
+    let outputs = |framework: Framework| {
+        let one = fp8_outputs(framework, Fp8Scaling::Tensorwise, cal, &s, 1);
+        let two = fp8_outputs(framework, Fp8Scaling::Tensorwise, cal, &s, 2);
+        (one, two)
+    };
+    let ((te_one, te_two), (ao_one, ao_two)) =
+        (outputs(Framework::Megatron), outputs(Framework::Fsdp));
+    let layer =
+        |one: &[f64], two: &[f64], output: Output| two[output.index()] - one[output.index()];
+    // ZeRO-3 gathers a layer twice per micro-batch: one byte per weight instead of two saves
+    // a third of the traffic beside the fp32 gradient reduce-scatter (2·2 + 4 bytes → 2·1 + 4).
+    let te_dp = layer(&te_one, &te_two, Output::DpCommPerMicrobatch);
+    let ao_dp = layer(&ao_one, &ao_two, Output::DpCommPerMicrobatch);
+    assert!(close(ao_dp, te_dp * 6.0 / 8.0, 1e-9));
+    // The forward all-gathers of sequence parallelism, a quarter of tp's traffic, move fp8.
+    let te_tp = layer(&te_one, &te_two, Output::TpComm);
+    let ao_tp = layer(&ao_one, &ao_two, Output::TpComm);
+    assert!(close(ao_tp, te_tp * (1.0 - 0.25 * 0.5), 1e-9));
+    // Transformer Engine keeps fp8 copies of GEMM inputs; torchao keeps the bf16 ones, as bf16
+    // training does.
+    let activations = |precision: Precision, framework: Framework| {
+        let mut spec = spec(gpt(8, 4096, 32), 2, 64);
+        spec.cluster.gpu.peak.fp8 = 624e12;
+        spec.train.precision = precision;
+        spec.train.framework = framework;
+        layer_activation_bytes(&spec, &s)
+    };
+    let bf16 = activations(Precision::Bf16, Framework::Fsdp);
+    assert_eq!(activations(Precision::Fp8, Framework::Fsdp), bf16);
+    assert!(activations(Precision::Fp8, Framework::Megatron) < bf16);
+}
+
+#[test]
+fn unfused_cross_entropy_holds_fp32_logits_and_gradients() {
+    let (tokens, vocab, t) = (2048.0, 51200.0, 2.0);
+    let cal = Calibration {
+        logits_bytes_per_element: 6.0,
+        ..bare()
+    };
+    let buffers = |framework: Framework, fused: Option<bool>| {
+        let mut spec = spec(gpt(8, 4096, 32), 2, 64);
+        spec.train.framework = framework;
+        spec.train.fused_cross_entropy = fused;
+        let model = CostModel::with_calibration(&spec, cal).unwrap();
+        let s = strategy(8, 2, 1, 1);
+        model
+            .stage_cost(&s, 0, 8, Recompute::None, Offload::default())
+            .memory
+            .buffers
+    };
+    let fused = buffers(Framework::Megatron, None);
+    assert_eq!(buffers(Framework::Fsdp, Some(true)), fused);
+    // PyTorch's cross-entropy on fp32 logits: 12 bytes per element against the fused 6, the
+    // vocabulary split over tp.
+    let unfused = buffers(Framework::Fsdp, None);
+    assert!(close(unfused - fused, tokens * vocab / t * 6.0, 1e-9));
+    assert_eq!(buffers(Framework::Megatron, Some(false)), unfused);
 }

@@ -71,7 +71,7 @@ fn per_source_errors_stay_within_achieved_bounds() {
         (Source::Bloom, 0.11, 0.24),
         (Source::MptHopper, 0.07, 0.31),
         (Source::MptAmpere, 0.09, 0.49),
-        (Source::Torchtitan, 0.17, 0.77),
+        (Source::Torchtitan, 0.09, 0.27),
         (Source::Mist, 0.04, 0.05),
         (Source::MtNlg, 0.03, 0.05),
     ];
@@ -87,7 +87,7 @@ fn per_source_errors_stay_within_achieved_bounds() {
     }
     let memory_bounds = [
         (Source::Bloom, 0.13, 0.37),
-        (Source::Torchtitan, 0.31, 0.47),
+        (Source::Torchtitan, 0.11, 0.30),
         (Source::Mist, 0.02, 0.02),
     ];
     for (source, mean, max) in memory_bounds {

@@ -3,7 +3,7 @@
 use crate::ast::Name;
 use crate::diagnostic::Problem;
 use crate::fields::Fields;
-use crate::spec::{Framework, Optimizer, Precision, TrainSpec};
+use crate::spec::{Fp8Scaling, Framework, Optimizer, Precision, TrainSpec};
 
 pub const FIELDS: &[&str] = &[
     "model",
@@ -15,6 +15,8 @@ pub const FIELDS: &[&str] = &[
     "flash_attention",
     "dropout",
     "framework",
+    "fp8_scaling",
+    "fused_cross_entropy",
 ];
 
 /// Far beyond any training run; keeps token counts exact.
@@ -33,6 +35,12 @@ pub const FRAMEWORKS: &[(&str, Framework)] = &[
     ("megatron", Framework::Megatron),
     ("deepspeed", Framework::Deepspeed),
     ("fsdp", Framework::Fsdp),
+];
+
+pub const FP8_SCALINGS: &[(&str, Fp8Scaling)] = &[
+    ("delayed", Fp8Scaling::Delayed),
+    ("tensorwise", Fp8Scaling::Tensorwise),
+    ("rowwise", Fp8Scaling::Rowwise),
 ];
 
 /// A train block before its references are looked up.
@@ -64,6 +72,15 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let flash_attention = f.boolean("flash_attention").unwrap_or(true);
     let dropout = f.fraction("dropout").unwrap_or(0.0);
     let framework = f.choice("framework", FRAMEWORKS).unwrap_or_default();
+    let fp8_scaling = f.choice("fp8_scaling", FP8_SCALINGS);
+    let fused_cross_entropy = f.boolean("fused_cross_entropy");
+    if fp8_scaling.is_some() && precision != Precision::Fp8 {
+        let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
+        f.problems.push(
+            Problem::new(at, "`fp8_scaling` applies only to FP8 training")
+                .with_help("set `precision = fp8`, or remove `fp8_scaling`"),
+        );
+    }
     if dropout >= 1.0 {
         let at = f.get("dropout").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -96,6 +113,8 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 flash_attention,
                 dropout,
                 framework,
+                fp8_scaling,
+                fused_cross_entropy,
             })
     };
     TrainDef {

@@ -4,7 +4,9 @@
 //! every parallel degree as flags, and has one sharding scheme of its own, the distributed
 //! optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks).
 
-use tessel_grammar::{MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy};
+use tessel_grammar::{
+    Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+};
 
 use super::batches::batches;
 use super::stages::{stages, Stages};
@@ -142,6 +144,14 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
         Precision::Fp8 => {
             flags.switch("--bf16");
             flags.value("--fp8-format", "hybrid");
+            match spec.train.fp8_scaling() {
+                Fp8Scaling::Delayed => flags.value("--fp8-recipe", "delayed"),
+                Fp8Scaling::Tensorwise => flags.value("--fp8-recipe", "tensorwise"),
+                Fp8Scaling::Rowwise => report.unsupported(
+                    "fp8_scaling = rowwise: Megatron-LM has no row-wise FP8 recipe \
+                     (Transformer Engine scales per tensor or per block)",
+                ),
+            }
         }
         Precision::Fp32 => {}
     }

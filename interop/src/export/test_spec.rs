@@ -57,6 +57,8 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             flash_attention: true,
             dropout: 0.0,
             framework: Default::default(),
+            fp8_scaling: None,
+            fused_cross_entropy: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -8,7 +8,9 @@
 //! other data-parallel modes. Model shapes come from flavors registered in code, not from the
 //! job config.
 
-use tessel_grammar::{MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy};
+use tessel_grammar::{
+    Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+};
 
 use super::batches::batches;
 use super::stages::{stages, Stages};
@@ -156,6 +158,11 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
             "tie_embeddings = true: torchtitan's llama3 keeps separate input and output embeddings",
         );
     }
+    if spec.train.fused_cross_entropy == Some(true) {
+        report.unsupported(
+            "fused_cross_entropy = true: torchtitan computes PyTorch's cross-entropy on fp32 logits",
+        );
+    }
     if spec.train.precision == Precision::Fp8 {
         doc.set(
             "model",
@@ -166,6 +173,31 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
             "precision fp8 is written as the float8 converter (torchao); newer torchtitan \
              releases name it quantize.linear.float8",
         );
+        let scaling = spec.train.fp8_scaling();
+        if scaling == Fp8Scaling::Rowwise {
+            doc.set(
+                "float8",
+                "recipe_name",
+                TomlValue::Str("rowwise".to_string()),
+            );
+        } else {
+            doc.set(
+                "float8",
+                "enable_fsdp_float8_all_gather",
+                TomlValue::Bool(true),
+            );
+            doc.set(
+                "float8",
+                "precompute_float8_dynamic_scale_for_fsdp",
+                TomlValue::Bool(true),
+            );
+        }
+        if scaling == Fp8Scaling::Delayed {
+            report.unsupported(
+                "fp8_scaling = delayed: torchao scales dynamically; written as its tensor-wise \
+                 recipe",
+            );
+        }
     }
 }
 

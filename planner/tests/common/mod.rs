@@ -125,6 +125,8 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             flash_attention: true,
             dropout: 0.0,
             framework: Default::default(),
+            fp8_scaling: None,
+            fused_cross_entropy: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

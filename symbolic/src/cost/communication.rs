@@ -9,13 +9,30 @@
 use tessel_grammar::Framework;
 
 use super::context::{k, Ctx};
-use super::parameters::stage_params;
+use super::parameters::{layer_params, stage_params};
 use crate::Expr;
 
-/// Seconds of the tensor-parallel collectives of one layer in one direction (forward or
-/// backward): two all-reduces of the `b·s/c·h` activations, or with sequence parallelism a
-/// reduce-scatter and an all-gather for each, the same bytes on the wire.
-pub(crate) fn tp_layer_one_way(ctx: &Ctx) -> Expr {
+/// Seconds of the tensor-parallel collectives of one layer's backward: two all-reduces of
+/// the `b·s/c·h` activations, or with sequence parallelism a reduce-scatter and an
+/// all-gather for each, the same bytes on the wire.
+pub(crate) fn tp_layer_backward(ctx: &Ctx) -> Expr {
+    tp_layer_one_way(ctx)
+}
+
+/// Seconds of the tensor-parallel collectives of one layer's forward: as backward, except
+/// that with sequence parallelism and [`Ctx::gathers_fp8`] the all-gathers of the GEMM
+/// inputs, half of the traffic, move fp8.
+pub(crate) fn tp_layer_forward(ctx: &Ctx) -> Expr {
+    if ctx.gathers_fp8() {
+        let gathered = 1.0 / ctx.bytes.activation;
+        let fraction = k(1.0) - ctx.sp.clone() * (0.5 * (1.0 - gathered));
+        tp_layer_one_way(ctx) * fraction
+    } else {
+        tp_layer_one_way(ctx)
+    }
+}
+
+fn tp_layer_one_way(ctx: &Ctx) -> Expr {
     let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
     let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
     k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
@@ -99,12 +116,19 @@ pub(crate) fn dp_step(ctx: &Ctx) -> Expr {
 }
 
 /// ZeRO-3 traffic of one micro-batch, before overlap: all-gather the bf16 weights for
-/// forward and again for backward, reduce-scatter the gradients.
+/// forward and again for backward, reduce-scatter the gradients. With
+/// [`Ctx::gathers_fp8`] the layers' weight shards are cast to fp8 before they are gathered;
+/// the embedding and output layer stay bf16.
 pub(crate) fn zero3_microbatch(ctx: &Ctx) -> Expr {
     let params = stage_params(ctx);
     let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
     let (_, _, z3) = ctx.zero_flags();
-    let gathers = k(2.0) * ctx.gather(params.clone() * ctx.bytes.weight, &ring);
+    let mut gathered_bytes = params.clone() * ctx.bytes.weight;
+    if ctx.gathers_fp8() {
+        gathered_bytes =
+            gathered_bytes - ctx.layers.clone() * layer_params(ctx) * (ctx.bytes.weight - 1.0);
+    }
+    let gathers = k(2.0) * ctx.gather(gathered_bytes, &ring);
     let reduce = ctx.gather(params * ctx.bytes.gradient, &ring);
     z3 * (gathers + reduce)
 }

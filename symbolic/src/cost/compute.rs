@@ -4,6 +4,8 @@
 //! flash-attention efficiency or as batched GEMMs plus a memory-bound softmax, and everything
 //! elementwise at a fraction of HBM bandwidth with its bytes counted.
 
+use tessel_grammar::Fp8Scaling;
+
 use super::context::{k, Ctx};
 use crate::Expr;
 
@@ -56,6 +58,20 @@ const SCORE_BYTES_FWD: f64 = 4.0;
 const SCORE_BYTES_BWD: f64 = 6.0;
 const SCORE_DROPOUT_BYTES_FWD: f64 = 5.0;
 const SCORE_DROPOUT_BYTES_BWD: f64 = 5.0;
+
+/// HBM bytes per element of an FP8 GEMM input to cast it. Delayed scaling knows the scale
+/// beforehand: read 2, write 1 (Transformer Engine fuses the transposed copy into the same
+/// pass). Tensor-wise dynamic scaling first reads the tensor for its amax: 2 more. Row-wise
+/// scaling needs row scales for the GEMM and column scales for its transpose in the other
+/// gradient GEMM: one pass reading 2 and writing 1 for the rows, an amax pass and a cast of
+/// the columns, 2 + 2 + 1.
+fn fp8_cast_bytes(scaling: Fp8Scaling) -> f64 {
+    match scaling {
+        Fp8Scaling::Delayed => 3.0,
+        Fp8Scaling::Tensorwise => 5.0,
+        Fp8Scaling::Rowwise => 8.0,
+    }
+}
 
 pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let t = ctx.t.clone();
@@ -136,10 +152,11 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     } else {
         k(0.0)
     };
-    // FP8 GEMMs cast their inputs (read 2 bytes, write 1) in forward and their output
-    // gradients in backward.
+    // FP8 GEMMs cast their inputs in forward and their output gradients in backward.
     let casts = if ctx.is_fp8() {
-        k(3.0) * tokens.clone() * (k(2.0 * h) / rep.clone() + (mlp_width + ctx.q_dim) / t.clone())
+        k(fp8_cast_bytes(ctx.fp8_scaling))
+            * tokens.clone()
+            * (k(2.0 * h) / rep.clone() + (mlp_width + ctx.q_dim) / t.clone())
     } else {
         k(0.0)
     };

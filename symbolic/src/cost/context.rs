@@ -2,7 +2,9 @@
 //! model's, cluster's and training job's numbers as constants, and small expression helpers
 //! (indicators, GEMM time, memory-bound time, ring collectives).
 
-use tessel_grammar::{Framework, MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec};
+use tessel_grammar::{
+    Fp8Scaling, Framework, MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec,
+};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -100,6 +102,8 @@ pub(crate) struct Ctx {
     /// 1 when the model trains with dropout (its masks are kept and written), else 0.
     pub dropout: f64,
     pub precision: Precision,
+    pub fp8_scaling: Fp8Scaling,
+    pub fused_cross_entropy: bool,
     pub framework: Framework,
     pub moe: Option<MoeNumbers>,
     pub bytes: StateBytes,
@@ -223,6 +227,8 @@ impl Ctx {
             flash: train.flash_attention,
             dropout: if train.dropout > 0.0 { 1.0 } else { 0.0 },
             precision: train.precision,
+            fp8_scaling: train.fp8_scaling(),
+            fused_cross_entropy: train.fused_cross_entropy(),
             framework: train.framework,
             moe,
             bytes,
@@ -242,9 +248,29 @@ impl Ctx {
         }
     }
 
-    /// FP8 training: fp8 GEMMs, their casts and 1-byte GEMM inputs kept for backward.
+    /// FP8 training: fp8 GEMMs and their casts.
     pub fn is_fp8(&self) -> bool {
         self.precision == Precision::Fp8
+    }
+
+    /// FP8 training with `scaling`.
+    pub fn is_fp8_with(&self, scaling: Fp8Scaling) -> bool {
+        self.is_fp8() && self.fp8_scaling == scaling
+    }
+
+    /// Whether FP8 runs through torchao (row-wise scaling, and tensor-wise scaling on the
+    /// PyTorch-native stacks) rather than Transformer Engine: torchao keeps the bf16 GEMM
+    /// inputs for backward, where Transformer Engine keeps their fp8 casts.
+    pub fn fp8_through_torchao(&self) -> bool {
+        self.is_fp8_with(Fp8Scaling::Rowwise)
+            || (self.is_fp8_with(Fp8Scaling::Tensorwise) && self.framework == Framework::Fsdp)
+    }
+
+    /// Whether weights and sequence-parallel inputs are cast before they are gathered, so
+    /// the gathers move fp8: torchao's tensor-wise recipe does (FSDP's float8 all-gather,
+    /// float8 tensor-parallel plans); Transformer Engine gathers bf16.
+    pub fn gathers_fp8(&self) -> bool {
+        self.fp8_through_torchao() && self.fp8_scaling == Fp8Scaling::Tensorwise
     }
 
     /// Names `expr` as the next intermediate and returns its symbol.
@@ -332,7 +358,9 @@ impl Ctx {
     /// Seconds of a GEMM of `flops` whose dimensions are `dims` (per GPU).
     pub fn gemm(&self, flops: Expr, dims: Vec<Expr>) -> Expr {
         let smallest = Expr::min(dims);
-        let fraction = if self.is_fp8() {
+        let fraction = if self.is_fp8_with(Fp8Scaling::Rowwise) {
+            self.efficiency.fp8_matmul * self.cal.fp8_rowwise_matmul
+        } else if self.is_fp8() {
             self.efficiency.fp8_matmul
         } else {
             self.efficiency.matmul

@@ -23,7 +23,9 @@
 //!   6·s'b·ffn (gate, up, product); experts the same on the routed tokens plus their
 //!   dispatched inputs and combined outputs.
 //!
-//! FP8 training keeps fp8 copies of the GEMM inputs (1 byte per element instead of 2).
+//! FP8 training through Transformer Engine keeps fp8 copies of the GEMM inputs (1 byte per
+//! element instead of 2); through torchao it keeps the bf16 inputs and casts them again in
+//! backward.
 //!
 //! For a GPT layer with dropout this is sbh(34 + 5as/h) without parallelism and 34sbh/t with tp + sp +
 //! selective recompute. A fully recomputed layer keeps its input, 2sbh (÷t with sp), and the
@@ -56,8 +58,12 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
     let sb = s_local.clone() * b.clone();
     let act = ctx.bytes.activation / 2.0;
     let h = ctx.hidden;
-    // FP8 training keeps the fp8 copies of GEMM inputs for backward (1 byte instead of 2).
-    let g = if ctx.is_fp8() { 0.5 } else { 1.0 };
+    // Transformer Engine keeps the fp8 copies of GEMM inputs for backward (1 byte, not 2).
+    let g = if ctx.is_fp8() && !ctx.fp8_through_torchao() {
+        0.5
+    } else {
+        1.0
+    };
     let masks = 2.0 * ctx.dropout;
     let replicated = k((4.0 + masks + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
     let attention = k((2.0 + 2.0 * g) * ctx.q_dim * act) * sb.clone() / t.clone()
@@ -145,6 +151,22 @@ fn zero_buckets(ctx: &Ctx, z1: Expr) -> Expr {
     z1 * (2.0 * DEEPSPEED_BUCKET_ELEMENTS * ctx.bytes.weight)
 }
 
+/// Bytes per logits element alive at the loss. A fused cross-entropy (Megatron-LM's
+/// vocabulary-parallel one, flash-attn's in llm-foundry) keeps the half-precision logits and
+/// works on an fp32 softmax: the calibrated `logits_bytes_per_element`. PyTorch's
+/// cross-entropy on logits upcast to fp32, as torchtitan computes its loss, peaks in the
+/// log-softmax backward with its saved fp32 output, the fp32 gradient arriving and the fp32
+/// gradient leaving: 12.
+fn logits_bytes_per_element(ctx: &Ctx) -> f64 {
+    if ctx.fused_cross_entropy {
+        ctx.cal.logits_bytes_per_element
+    } else {
+        UNFUSED_CROSS_ENTROPY_BYTES
+    }
+}
+
+const UNFUSED_CROSS_ENTROPY_BYTES: f64 = 12.0;
+
 pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let params = stage_params(ctx);
     let (z1, z2, z3) = ctx.zero_flags();
@@ -170,8 +192,8 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let recompute_working_set = ctx.bind(Expr::min([ctx.full.clone(), k(1.0)]) * layer);
     let activations = in_flight(ctx) * per_microbatch + recompute_working_set.clone();
 
-    let logits = ctx.is_last() * ctx.tokens() * (ctx.vocab * ctx.cal.logits_bytes_per_element)
-        / ctx.t.clone();
+    let logits =
+        ctx.is_last() * ctx.tokens() * (ctx.vocab * logits_bytes_per_element(ctx)) / ctx.t.clone();
     let gathered = z3 * layer_params(ctx) * (2.0 * bytes.weight + bytes.gradient);
 
     let weights = ctx.bind((k(1.0) - ctx.off_w.clone()) * weights);

@@ -4,7 +4,8 @@
 
 use super::calibration::{Calibration, KernelEfficiency};
 use super::communication::{
-    cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch, tp_layer_one_way, zero3_microbatch,
+    cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch, tp_layer_backward,
+    tp_layer_forward, zero3_microbatch,
 };
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx};
@@ -128,7 +129,6 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
             + ctx.is_last() * head_time(ctx),
     );
 
-    let tp_one_way = tp_layer_one_way(ctx);
     let ep_one_way = ep_layer_one_way(ctx);
     let cp_forward = ctx.bind(cp_layer_forward(ctx));
     let cp_fwd_exposed = ctx.bind(Expr::max([
@@ -144,7 +144,8 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
     );
     let passes = k(2.0) * layers.clone() + full.clone();
-    let tp = passes.clone() * tp_one_way;
+    let tp = (layers.clone() + full.clone()) * tp_layer_forward(ctx)
+        + layers.clone() * tp_layer_backward(ctx);
     let ep = passes * ep_one_way;
     let cp = layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full * cp_fwd_exposed;
     let pp = pp_microbatch(ctx);

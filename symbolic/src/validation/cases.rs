@@ -2,8 +2,8 @@
 //! what was measured. Rows that lack something the cost model needs are kept with the reason.
 
 use tessel_grammar::{
-    Choice, Framework, MlpKind, ModelSpec, NormKind, Objective, Optimizer, PositionKind, Precision,
-    Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+    Choice, Fp8Scaling, Framework, MlpKind, ModelSpec, NormKind, Objective, Optimizer,
+    PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
 };
 
 use super::hardware::{cluster_for, gpu_for};
@@ -134,6 +134,10 @@ pub struct Skipped {
 /// torchtitan and llm-foundry are FSDP-based), else Megatron-LM.
 fn framework_of(source: Source, notes: &str, zero_column: &str) -> Framework {
     let notes = notes.to_ascii_lowercase();
+    // Megatron-Bridge's "FSDP column" is Megatron-Core's own sharding.
+    if source == Source::Nemo {
+        return Framework::Megatron;
+    }
     if notes.contains("deepspeed") {
         return Framework::Deepspeed;
     }
@@ -452,6 +456,21 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     };
 
     let framework = framework_of(source, notes, &zero_column);
+    // The FP8 recipe when a row names one other than its framework's default:
+    // torchtitan's torchao recipes, Transformer Engine's current scaling ("FP8-CS", per
+    // tensor and dynamic) in Megatron-Bridge, and llm-foundry's `amp_fp8`, which runs
+    // Transformer Engine's delayed scaling.
+    let fp8_scaling = if precision != Precision::Fp8 {
+        None
+    } else if lower_model.contains("rowwise") {
+        Some(Fp8Scaling::Rowwise)
+    } else if lower_model.contains("tensorwise") || lower_notes.contains("fp8-cs") {
+        Some(Fp8Scaling::Tensorwise)
+    } else if lower_notes.contains("amp_fp8") {
+        Some(Fp8Scaling::Delayed)
+    } else {
+        None
+    };
     let train = TrainSpec {
         seq_len: seq,
         global_batch,
@@ -460,6 +479,10 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         flash_attention: flash,
         dropout,
         framework,
+        fp8_scaling,
+        // llm-foundry's MPT configurations use flash-attn's fused cross-entropy.
+        fused_cross_entropy: matches!(source, Source::MptHopper | Source::MptAmpere)
+            .then_some(true),
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {

@@ -35,9 +35,10 @@ fn a100(memory_gib: f64, hbm_gb_s: f64) -> GpuSpec {
 }
 
 /// NVIDIA H100 SXM datasheet: 989 TF dense bf16, 1,979 TF dense fp8, 67 TF fp32, 3.35 TB/s
-/// HBM3 for the 80GB part. The 95–96GB HBM2e parts of the torchtitan runs (500 W) have no
-/// public datasheet: we use the SXM peaks (torchtitan's own MFU does so too) and 3.35 TB/s.
-fn h100(name: &str, memory_gib: f64) -> GpuSpec {
+/// HBM3 for the 80GB part. The 95–96GB HBM2e parts of the torchtitan runs have no public
+/// datasheet: torchtitan's docs/performance.md gives their 2.4 TB/s HBM2e and 500 W power
+/// limit; we use the SXM peaks (torchtitan's own MFU does so too).
+fn h100(name: &str, memory_gib: f64, hbm_gb_s: f64) -> GpuSpec {
     let peak = PeakCompute {
         bf16: 989.4 * TF,
         fp16: 989.4 * TF,
@@ -45,7 +46,7 @@ fn h100(name: &str, memory_gib: f64) -> GpuSpec {
         fp32: 67.0 * TF,
         tf32: 494.7 * TF,
     };
-    gpu(name, memory_gib, peak, 3350.0)
+    gpu(name, memory_gib, peak, hbm_gb_s)
 }
 
 /// A GPU by the `gpu` column of the published runs; `None` for a non-GPU (TPU).
@@ -67,12 +68,12 @@ pub fn gpu_for(column: &str) -> Option<GpuSpec> {
     }
     if lower.contains("h100") {
         if lower.contains("96gb") {
-            return Some(h100("H100-SXM-96GB-HBM2e", 96.0));
+            return Some(h100("H100-SXM-96GB-HBM2e", 96.0, 2400.0));
         }
         if lower.contains("95gb") {
-            return Some(h100("H100-SXM-95GB-HBM2e", 95.0));
+            return Some(h100("H100-SXM-95GB-HBM2e", 95.0, 2400.0));
         }
-        return Some(h100("H100-SXM-80GB", 80.0));
+        return Some(h100("H100-SXM-80GB", 80.0, 3350.0));
     }
     if lower.contains("v100") {
         // V100 SXM3 32GB (DGX-2) datasheet: 125 TF fp16 tensor, 15.7 TF fp32, 900 GB/s; no
