@@ -1021,3 +1021,31 @@ fn unfused_cross_entropy_holds_fp32_logits_and_gradients() {
     assert!(close(unfused - fused, tokens * vocab / t * 6.0, 1e-9));
     assert_eq!(buffers(Framework::Megatron, Some(false)), unfused);
 }
+
+#[test]
+fn deepspeed_keeps_in_flight_stage_outputs() {
+    let (tokens, h) = (2048.0, 4096.0);
+    let activations = |framework: Framework, stage: u64| {
+        let mut spec = spec(gpt(8, 4096, 32), 2, 64);
+        spec.train.framework = framework;
+        let model = CostModel::with_calibration(&spec, bare()).unwrap();
+        model
+            .stage_cost(
+                &strategy(4, 2, 2, 1),
+                stage,
+                4,
+                Recompute::Full,
+                Offload::default(),
+            )
+            .memory
+            .activations
+    };
+    // The first of two stages holds two micro-batches in flight, each keeping its 2-byte
+    // output of b·s·h elements until its backward; the last stage sends no output.
+    let extra = activations(Framework::Deepspeed, 0) - activations(Framework::Megatron, 0);
+    assert!(close(extra, 2.0 * 2.0 * tokens * h, 1e-12));
+    assert_eq!(
+        activations(Framework::Deepspeed, 1),
+        activations(Framework::Megatron, 1)
+    );
+}

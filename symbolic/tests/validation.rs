@@ -86,7 +86,7 @@ fn per_source_errors_stay_within_achieved_bounds() {
         );
     }
     let memory_bounds = [
-        (Source::Bloom, 0.13, 0.37),
+        (Source::Bloom, 0.12, 0.37),
         (Source::Torchtitan, 0.11, 0.30),
         (Source::Mist, 0.02, 0.02),
     ];
@@ -116,7 +116,7 @@ fn fit_decisions_stay_within_achieved_bounds() {
         .count();
     let caught = costed.iter().filter(|o| o.oom && !o.predicted_fits).count();
     assert!(
-        wrong_fit <= 5,
+        wrong_fit <= 4,
         "{wrong_fit} completed runs predicted not to fit"
     );
     assert!(caught >= 4, "only {caught} out-of-memory runs caught");

@@ -197,9 +197,9 @@ impl Default for Calibration {
             fp8_rowwise_matmul: 0.3784,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
-            cuda_context_bytes: 0.9095e9,
+            cuda_context_bytes: 0.515e9,
             comm_buffer_bytes: 3.0e9,
-            fragmentation: 0.0318,
+            fragmentation: 0.0340,
             logits_bytes_per_element: 6.18,
         }
     }

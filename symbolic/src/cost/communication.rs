@@ -16,7 +16,9 @@ use crate::Expr;
 /// the `b·s/c·h` activations, or with sequence parallelism a reduce-scatter and an
 /// all-gather for each, the same bytes on the wire.
 pub(crate) fn tp_layer_backward(ctx: &Ctx) -> Expr {
-    tp_layer_one_way(ctx)
+    let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
+    let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
+    k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
 }
 
 /// Seconds of the tensor-parallel collectives of one layer's forward: as backward, except
@@ -24,18 +26,11 @@ pub(crate) fn tp_layer_backward(ctx: &Ctx) -> Expr {
 /// inputs, half of the traffic, move fp8.
 pub(crate) fn tp_layer_forward(ctx: &Ctx) -> Expr {
     if ctx.gathers_fp8() {
-        let gathered = 1.0 / ctx.bytes.activation;
-        let fraction = k(1.0) - ctx.sp.clone() * (0.5 * (1.0 - gathered));
-        tp_layer_one_way(ctx) * fraction
+        let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);
+        tp_layer_backward(ctx) * (k(1.0) - ctx.sp.clone() * fp8_share)
     } else {
-        tp_layer_one_way(ctx)
+        tp_layer_backward(ctx)
     }
-}
-
-fn tp_layer_one_way(ctx: &Ctx) -> Expr {
-    let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
-    let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
-    k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
 }
 
 /// Seconds of the context-parallel ring of one layer's forward: each GPU passes its keys and
@@ -123,12 +118,12 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx) -> Expr {
     let params = stage_params(ctx);
     let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
     let (_, _, z3) = ctx.zero_flags();
-    let mut gathered_bytes = params.clone() * ctx.bytes.weight;
-    if ctx.gathers_fp8() {
-        gathered_bytes =
-            gathered_bytes - ctx.layers.clone() * layer_params(ctx) * (ctx.bytes.weight - 1.0);
-    }
-    let gathers = k(2.0) * ctx.gather(gathered_bytes, &ring);
+    let fp8_saving = if ctx.gathers_fp8() {
+        ctx.layers.clone() * layer_params(ctx) * (ctx.bytes.weight - 1.0)
+    } else {
+        k(0.0)
+    };
+    let gathers = k(2.0) * ctx.gather(params.clone() * ctx.bytes.weight - fp8_saving, &ring);
     let reduce = ctx.gather(params * ctx.bytes.gradient, &ring);
     z3 * (gathers + reduce)
 }
