@@ -75,11 +75,13 @@ const THROUGHPUT: [Parameter; 18] = [
 ];
 
 /// The memory overheads and their plausible ranges.
-const MEMORY: [Parameter; 4] = [
+const MEMORY: [Parameter; 5] = [
     parameter("cuda_context_bytes", 0.5e9, 3.0e9),
     parameter("comm_buffer_bytes", 0.25e9, 3.0e9),
     parameter("fragmentation", 0.03, 0.30),
     parameter("logits_bytes_per_element", 6.0, 12.0),
+    // Cached freed blocks in reserved readings: none up to half the dynamic memory again.
+    parameter("allocator_cache", 0.0, 0.5),
 ];
 
 impl State {
@@ -117,6 +119,7 @@ impl State {
             "comm_buffer_bytes" => &mut self.cal.comm_buffer_bytes,
             "fragmentation" => &mut self.cal.fragmentation,
             "logits_bytes_per_element" => &mut self.cal.logits_bytes_per_element,
+            "allocator_cache" => &mut self.cal.allocator_cache,
             _ => return None,
         })
     }
@@ -140,7 +143,7 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 22] = [
+const PRIORS: [(&str, f64); 23] = [
     ("ampere.matmul", 0.75),
     ("volta.matmul", 0.75),
     ("hopper.matmul", 0.70),
@@ -163,6 +166,7 @@ const PRIORS: [(&str, f64); 22] = [
     ("comm_buffer_bytes", 1.0e9),
     ("fragmentation", 0.10),
     ("logits_bytes_per_element", 6.0),
+    ("allocator_cache", 0.10),
 ];
 
 /// Hopper's prior half-efficiency dimension over Ampere's (160 / 132.9).

@@ -86,8 +86,8 @@ fn per_source_errors_stay_within_achieved_bounds() {
         );
     }
     let memory_bounds = [
-        (Source::Bloom, 0.12, 0.37),
-        (Source::Torchtitan, 0.11, 0.30),
+        (Source::Bloom, 0.08, 0.33),
+        (Source::Torchtitan, 0.11, 0.21),
         (Source::Mist, 0.02, 0.02),
     ];
     for (source, mean, max) in memory_bounds {

@@ -89,20 +89,22 @@ pub fn evaluate_case(
         let device = estimate.peak_memory_gib;
         let outside_allocator =
             (calibration.cuda_context_bytes + calibration.comm_buffer_bytes) / gib;
+        // Fragmentation is a fraction of what is not states (see `cost::memory`), and so is
+        // the allocator's cache of freed blocks that reserved readings add.
+        let peak = estimate
+            .stages
+            .iter()
+            .map(|stage| stage.memory)
+            .max_by(|a, b| a.total().total_cmp(&b.total()))
+            .unwrap_or_default();
+        let states = peak.weights + peak.gradients + peak.optimizer;
+        let dynamic = (device - outside_allocator - states) / (1.0 + calibration.fragmentation);
+        let gpu = case.spec.cluster.gpu.memory / gib;
+        let reserved = (device + calibration.allocator_cache * dynamic).min(gpu);
         let predicted = match measure {
-            MemoryMeasure::Device => device,
-            MemoryMeasure::Reserved => device - outside_allocator,
-            MemoryMeasure::Allocated => {
-                // Fragmentation is a fraction of what is not states (see `cost::memory`).
-                let peak = estimate
-                    .stages
-                    .iter()
-                    .map(|stage| stage.memory)
-                    .max_by(|a, b| a.total().total_cmp(&b.total()))
-                    .unwrap_or_default();
-                let states = peak.weights + peak.gradients + peak.optimizer;
-                states + (device - outside_allocator - states) / (1.0 + calibration.fragmentation)
-            }
+            MemoryMeasure::Device => reserved,
+            MemoryMeasure::Reserved => reserved - outside_allocator,
+            MemoryMeasure::Allocated => states + dynamic,
         };
         outcome.memory = Some((measured, predicted));
         outcome.memory_error = Some(predicted / measured - 1.0);
