@@ -39,7 +39,10 @@ pub fn render_validation_markdown(
     out.push_str(
         "Absolute percentage error of the prediction against the measurement. Throughput is \
          compared in the unit the source gives (step time, else tokens/s per GPU); memory in \
-         the source's measure (device, reserved or allocated).\n\n",
+         the source's measure (device, reserved or allocated). In the table of every row the \
+         error is signed, predicted / measured − 1 in the source's unit: positive is a longer \
+         predicted step where the source gives step times and a higher predicted throughput \
+         where it gives tokens/s.\n\n",
     );
     out.push_str(
         "| source | role | rows | throughput rows | mean | max | memory rows | mean | max |\n",
