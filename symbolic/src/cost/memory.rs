@@ -185,18 +185,16 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let rep = ctx.replicated_divisor();
     let sbh = ctx.tokens() * ctx.hidden * bytes.activation / 2.0;
     let checkpoint = k(2.0) * sbh.clone() / rep.clone();
-    // DeepSpeed's pipeline engine keeps each in-flight micro-batch's stage output for its
-    // backward; Megatron-LM frees the output's storage once it is sent.
-    let stage_output = match ctx.framework {
-        Framework::Deepspeed => {
-            Expr::min([ctx.p.clone() - 1.0, k(1.0)]) * (k(1.0) - ctx.is_last()) * k(2.0)
-        }
+    // DeepSpeed's pipeline engine keeps each in-flight micro-batch's stage output (2sbh) for
+    // its backward; Megatron-LM frees the output's storage once it is sent.
+    let sent_output = match ctx.framework {
+        Framework::Deepspeed => k(1.0) - ctx.is_last(),
         Framework::Megatron | Framework::Fsdp => k(0.0),
     };
     let per_microbatch = (ctx.layers.clone() - ctx.full.clone()) * kept
         + ctx.full.clone() * checkpoint
         + ctx.is_first() * (k(3.0) * sbh.clone() / rep.clone())
-        + (ctx.is_last() * 2.0 + stage_output) * sbh / rep;
+        + (ctx.is_last() + sent_output) * (k(2.0) * sbh / rep);
     let recompute_working_set = ctx.bind(Expr::min([ctx.full.clone(), k(1.0)]) * layer);
     let activations = in_flight(ctx) * per_microbatch + recompute_working_set.clone();
 

@@ -89,8 +89,9 @@ pub fn evaluate_case(
         let device = estimate.peak_memory_gib;
         let outside_allocator =
             (calibration.cuda_context_bytes + calibration.comm_buffer_bytes) / gib;
-        // Fragmentation is a fraction of what is not states (see `cost::memory`), and so is
-        // the allocator's cache of freed blocks that reserved readings add.
+        // Fragmentation is a fraction of what is not states (see `cost::memory`; DeepSpeed's
+        // fp16 buckets are counted in with it here), and so is the allocator's cache of freed
+        // blocks that reserved readings add.
         let peak = estimate
             .stages
             .iter()
