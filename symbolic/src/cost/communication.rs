@@ -21,15 +21,15 @@ pub(crate) fn tp_layer_backward(ctx: &Ctx) -> Expr {
     k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
 }
 
-/// Seconds of the tensor-parallel collectives of one layer's forward: as backward, except
-/// that with sequence parallelism and [`Ctx::gathers_fp8`] the all-gathers of the GEMM
-/// inputs, half of the traffic, move fp8.
-pub(crate) fn tp_layer_forward(ctx: &Ctx) -> Expr {
+/// Seconds of the tensor-parallel collectives of one layer's forward, given its `backward`:
+/// the same, except that with sequence parallelism and [`Ctx::gathers_fp8`] the all-gathers
+/// of the GEMM inputs, half of the traffic, move fp8.
+pub(crate) fn tp_layer_forward(ctx: &Ctx, backward: Expr) -> Expr {
     if ctx.gathers_fp8() {
         let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);
-        tp_layer_backward(ctx) * (k(1.0) - ctx.sp.clone() * fp8_share)
+        backward * (k(1.0) - ctx.sp.clone() * fp8_share)
     } else {
-        tp_layer_backward(ctx)
+        backward
     }
 }
 

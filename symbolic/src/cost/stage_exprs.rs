@@ -144,8 +144,9 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
     );
     let passes = k(2.0) * layers.clone() + full.clone();
-    let tp = (layers.clone() + full.clone()) * tp_layer_forward(ctx)
-        + layers.clone() * tp_layer_backward(ctx);
+    let tp_backward = ctx.bind(tp_layer_backward(ctx));
+    let tp = (layers.clone() + full.clone()) * tp_layer_forward(ctx, tp_backward.clone())
+        + layers.clone() * tp_backward;
     let ep = passes * ep_one_way;
     let cp = layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full * cp_fwd_exposed;
     let pp = pp_microbatch(ctx);
