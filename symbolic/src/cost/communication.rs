@@ -12,24 +12,21 @@ use super::context::{k, Ctx};
 use super::parameters::{layer_params, stage_params};
 use crate::Expr;
 
-/// Seconds of the tensor-parallel collectives of one layer's backward: two all-reduces of
-/// the `b·s/c·h` activations, or with sequence parallelism a reduce-scatter and an
-/// all-gather for each, the same bytes on the wire.
-pub(crate) fn tp_layer_backward(ctx: &Ctx) -> Expr {
+/// Seconds of the tensor-parallel collectives of `forward` and `backward` layer passes. Each
+/// pass is two all-reduces of the `b·s/c·h` activations, or with sequence parallelism a
+/// reduce-scatter and an all-gather for each, the same bytes on the wire. With sequence
+/// parallelism and [`Ctx::gathers_fp8`], a forward pass's all-gathers of the GEMM inputs,
+/// half of its traffic, move fp8.
+pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr {
     let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
     let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
-    k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap)
-}
-
-/// Seconds of the tensor-parallel collectives of one layer's forward, given its `backward`:
-/// the same, except that with sequence parallelism and [`Ctx::gathers_fp8`] the all-gathers
-/// of the GEMM inputs, half of the traffic, move fp8.
-pub(crate) fn tp_layer_forward(ctx: &Ctx, backward: Expr) -> Expr {
+    let pass = k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap);
     if ctx.gathers_fp8() {
+        let pass = ctx.bind(pass);
         let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);
-        backward * (k(1.0) - ctx.sp.clone() * fp8_share)
+        forward * pass.clone() * (k(1.0) - ctx.sp.clone() * fp8_share) + backward * pass
     } else {
-        backward
+        (forward + backward) * pass
     }
 }
 

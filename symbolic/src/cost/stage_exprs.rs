@@ -4,8 +4,7 @@
 
 use super::calibration::{Calibration, KernelEfficiency};
 use super::communication::{
-    cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch, tp_layer_backward,
-    tp_layer_forward, zero3_microbatch,
+    cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch, tp_layer_passes, zero3_microbatch,
 };
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx};
@@ -144,9 +143,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
     );
     let passes = k(2.0) * layers.clone() + full.clone();
-    let tp_backward = ctx.bind(tp_layer_backward(ctx));
-    let tp = (layers.clone() + full.clone()) * tp_layer_forward(ctx, tp_backward.clone())
-        + layers.clone() * tp_backward;
+    let tp = tp_layer_passes(ctx, layers.clone() + full.clone(), layers.clone());
     let ep = passes * ep_one_way;
     let cp = layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full * cp_fwd_exposed;
     let pp = pp_microbatch(ctx);
