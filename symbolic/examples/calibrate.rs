@@ -1,16 +1,17 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of at most 17 parameters (per-generation kernel
-//!    efficiencies, NCCL efficiencies, overlap fractions, per-layer overhead, DeepSpeed's
-//!    kernels relative to Megatron-LM's), each inside a
+//! 1. Throughput: a coordinate search of 18 parameters (per-generation kernel efficiencies,
+//!    NCCL efficiencies, overlap fractions, per-layer overhead, DeepSpeed's kernels relative to
+//!    Megatron-LM's, row-scaled FP8 GEMMs relative to tensor-scaled ones), each inside a
 //!    physically plausible range, on every source with complete configurations. Each source
 //!    weighs the same (its mean absolute error), so the 149 MPT rows do not drown the 8 rows of
-//!    Korthikanti et al., whose Table 5 also carries its own target term.
+//!    Korthikanti et al., whose Table 5 also carries its own target term. The full fit starts
+//!    from the round priors and from the committed values and keeps the better.
 //! 2. Leave-one-source-out cross-validation: the same search with one source held out,
 //!    started from the same priors, and that source's error under the parameters fitted
 //!    without it: the estimate of the error on runs the model has not seen.
-//! 3. Memory: the four overhead parameters (CUDA context, NCCL buffers, fragmentation, logits
-//!    bytes) on the memory rows, penalising completed runs predicted not to fit and runs that
+//! 3. Memory: the five overhead parameters (CUDA context, NCCL buffers, fragmentation, logits
+//!    bytes, the allocator's cache in reserved readings) on the memory rows, penalising completed runs predicted not to fit and runs that
 //!    ran out of memory predicted to fit.
 //!
 //! Prints markdown for `symbolic/tests/validation_preamble.md`; the committed defaults in

@@ -176,15 +176,16 @@ pub struct Calibration {
     pub cuda_context_bytes: f64,
     /// Communication buffers (NCCL channels, gradient buckets), bytes.
     pub comm_buffer_bytes: f64,
-    /// Allocator fragmentation: reserved minus allocated, as a fraction of allocated bytes.
+    /// Allocator fragmentation the job needs room for, as a fraction of the memory allocated
+    /// and freed every micro-batch (the states sit in flat buffers allocated once).
     pub fragmentation: f64,
     /// Freed blocks the caching allocator keeps reserved while the device has room, as a
     /// fraction of the memory allocated and freed every micro-batch. Reserved-memory readings
     /// (nvidia-smi, `max_memory_reserved`) include it; it is released under memory pressure, so
     /// it does not decide whether a job fits. Only the validation's reserved measures use it.
     pub allocator_cache: f64,
-    /// Bytes per logits element alive at the loss: the bf16 logits and the fp32 softmax kept
-    /// for backward.
+    /// Bytes per logits element alive at a fused cross-entropy: the bf16 logits and the fp32
+    /// softmax kept for backward (an unfused one holds 12, see `cost::memory`).
     pub logits_bytes_per_element: f64,
 }
 
