@@ -173,3 +173,13 @@ fn usage_errors_are_bad_input_and_help_is_not() {
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("check"));
 }
+
+#[test]
+fn fsdp_job_names_its_framework_and_compilation() {
+    let stdout = stdout_ok("tests/specs/torchtitan-8b-compiled.tsl");
+    assert!(stdout.contains("\n  framework       fsdp\n"), "{stdout}");
+    assert!(
+        stdout.contains("\n  compile         torch.compile of each block\n"),
+        "{stdout}"
+    );
+}

@@ -270,6 +270,11 @@ pub struct TrainSpec {
     /// framework's own (see [`TrainSpec::fused_cross_entropy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fused_cross_entropy: Option<bool>,
+    /// Whether each transformer block runs under `torch.compile` (torchtitan's
+    /// `training.compile`): its partitioner recomputes pointwise results in backward (the
+    /// norms' outputs, the MLP's activated product) instead of keeping them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub compile: bool,
 }
 
 impl TrainSpec {
@@ -295,6 +300,10 @@ impl TrainSpec {
 
 fn is_zero(value: &f64) -> bool {
     *value == 0.0
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// Activation recomputation.

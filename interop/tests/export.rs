@@ -94,6 +94,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         framework: Default::default(),
         fp8_scaling: None,
         fused_cross_entropy: None,
+        compile: false,
     }
 }
 
@@ -635,5 +636,46 @@ fn hostile_strategies_never_panic() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn compile_is_written_for_torchtitan_and_reported_elsewhere() {
+    let compiled = |fused: bool| {
+        let mut spec = llama8b_zero3_offload();
+        spec.train.compile = true;
+        spec.train.fused_cross_entropy = Some(fused);
+        spec
+    };
+    let section = |spec: &Spec| {
+        let doc: toml_edit::DocumentMut = run(spec, ExportTarget::Torchtitan).text.parse().unwrap();
+        (
+            doc["compile"]["enable"].to_string().trim().to_string(),
+            doc["compile"]["components"].to_string().trim().to_string(),
+        )
+    };
+    // A compiled loss is a fused cross-entropy; PyTorch's eager one is not.
+    assert_eq!(
+        section(&compiled(false)),
+        ("true".to_string(), "[\"model\"]".to_string())
+    );
+    assert_eq!(
+        section(&compiled(true)),
+        ("true".to_string(), "[\"model\", \"loss\"]".to_string())
+    );
+    let out = run(&compiled(true), ExportTarget::Torchtitan);
+    assert!(!out
+        .unsupported
+        .iter()
+        .any(|u| u.starts_with("fused_cross_entropy")));
+    for target in [ExportTarget::Megatron, ExportTarget::Deepspeed] {
+        let out = run(&compiled(true), target);
+        assert!(
+            out.unsupported
+                .iter()
+                .any(|u| u.starts_with("compile = true:")),
+            "{target}: {:?}",
+            out.unsupported
+        );
     }
 }

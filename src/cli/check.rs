@@ -106,6 +106,9 @@ fn job(out: &mut String, spec: &Spec) {
     if train.precision == tessel_grammar::Precision::Fp8 {
         let _ = writeln!(out, "  {:<16}{}", "fp8 scaling", train.fp8_scaling().name());
     }
+    if train.compile {
+        let _ = writeln!(out, "  {:<16}torch.compile of each block", "compile");
+    }
     let step_flops = spec.model.training_flops_per_token(train.seq_len) * tokens as f64;
     let _ = writeln!(out, "  {:<16}{}", "FLOPs per step", si(step_flops, "FLOP"));
     for strategy in &spec.strategies {

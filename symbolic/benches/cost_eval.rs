@@ -73,6 +73,7 @@ fn spec() -> Spec {
             framework: Default::default(),
             fp8_scaling: None,
             fused_cross_entropy: None,
+            compile: false,
         },
         strategies: vec![],
         search: SearchSpace::default(),

@@ -80,6 +80,7 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             framework: Default::default(),
             fp8_scaling: None,
             fused_cross_entropy: None,
+            compile: false,
         },
         strategies: vec![],
         search: SearchSpace::default(),
@@ -1048,4 +1049,62 @@ fn deepspeed_keeps_in_flight_stage_outputs() {
         activations(Framework::Deepspeed, 1),
         activations(Framework::Megatron, 1)
     );
+}
+
+#[test]
+fn misaligned_heads_slow_the_score_gemms() {
+    let (tokens, s, t) = (2048.0, 2048.0, 8.0);
+    let compute = |hidden: u64, heads: u64, misaligned_matmul: f64| {
+        let cal = Calibration {
+            misaligned_matmul,
+            ..bare()
+        };
+        let model = CostModel::with_calibration(&spec(gpt(8, hidden, heads), 2, 64), cal).unwrap();
+        let outputs = |layers| {
+            model.stage_outputs(
+                &strategy(2, 8, 1, 1),
+                1,
+                layers,
+                Recompute::None,
+                Offload::default(),
+            )[Output::Compute.index()]
+        };
+        outputs(2) - outputs(1)
+    };
+    // 13824 / 128 = 108 fp16 elements per head, 216 bytes: not whole 16-byte words. Forward
+    // QKᵀ and AV and their two backward GEMMs each run at the misaligned fraction.
+    let (hidden, head_dim) = (13824.0, 108.0);
+    let rate = 312e12 * 0.7725 * head_dim / (head_dim + 102.28);
+    let aligned_gemms = 3.0 * 4.0 * s * hidden * tokens / t / rate;
+    let slowdown = compute(13824, 128, 0.25) - compute(13824, 128, 1.0);
+    assert!(close(slowdown, aligned_gemms * (4.0 - 1.0), 1e-9));
+    // 13824 / 96 = 144 elements, 288 bytes: aligned, so the fraction does not apply.
+    assert_eq!(compute(13824, 96, 0.25), compute(13824, 96, 1.0));
+}
+
+#[test]
+fn compiled_blocks_rebuild_norm_outputs_and_the_down_input() {
+    let (tokens, h, ffn, t) = (2048.0, 4096.0, 4.0 * 4096.0, 2.0);
+    let s = strategy(8, 2, 1, 1);
+    let compiled = |compile: bool| {
+        let mut spec = spec(gpt(8, 4096, 32), 2, 64);
+        spec.train.compile = compile;
+        spec
+    };
+    // The two norms' outputs (2h bytes each, replicated over tp without sequence parallelism)
+    // and the down projection's input (2 bytes per ffn element, sharded over tp).
+    let saved =
+        layer_activation_bytes(&compiled(false), &s) - layer_activation_bytes(&compiled(true), &s);
+    assert!(close(saved, tokens * (4.0 * h + 2.0 * ffn / t), 1e-12));
+    // Backward writes them again.
+    let compute = |compile: bool| {
+        let model = CostModel::with_calibration(&compiled(compile), bare()).unwrap();
+        model.stage_outputs(&s, 1, 1, Recompute::None, Offload::default())[Output::Compute.index()]
+    };
+    let bandwidth = 2.039e12 * 0.679;
+    assert!(close(
+        compute(true) - compute(false),
+        tokens * (4.0 * h + 2.0 * ffn / t) / bandwidth,
+        1e-9
+    ));
 }

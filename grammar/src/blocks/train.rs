@@ -17,6 +17,7 @@ pub const FIELDS: &[&str] = &[
     "framework",
     "fp8_scaling",
     "fused_cross_entropy",
+    "compile",
 ];
 
 /// Far beyond any training run; keeps token counts exact.
@@ -74,6 +75,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let framework = f.choice("framework", FRAMEWORKS).unwrap_or_default();
     let fp8_scaling = f.choice("fp8_scaling", FP8_SCALINGS);
     let fused_cross_entropy = f.boolean("fused_cross_entropy");
+    let compile = f.boolean("compile").unwrap_or(false);
     if fp8_scaling.is_some() && precision != Precision::Fp8 {
         let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -115,6 +117,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 framework,
                 fp8_scaling,
                 fused_cross_entropy,
+                compile,
             })
     };
     TrainDef {

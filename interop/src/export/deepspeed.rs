@@ -154,8 +154,14 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     }
 }
 
-/// Parallel degrees that live outside ds_config.
+/// Parallel degrees and training settings that live outside ds_config.
 fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
+    if spec.train.compile {
+        report.unsupported(
+            "compile = true: torch.compile is applied in the training script (the engine's \
+             compile()), not in ds_config",
+        );
+    }
     if strategy.tp > 1 {
         report.unsupported(format!(
             "tp = {}: tensor parallelism is not part of ds_config; set it with Megatron-DeepSpeed \

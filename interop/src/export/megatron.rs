@@ -158,6 +158,12 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     if spec.train.flash_attention {
         flags.switch("--use-flash-attn");
     }
+    if spec.train.compile {
+        report.unsupported(
+            "compile = true: Megatron-LM has no switch to compile its transformer blocks; it \
+             runs its own fused kernels",
+        );
+    }
     flags.value(
         "--optimizer",
         match spec.train.optimizer {

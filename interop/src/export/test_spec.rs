@@ -59,6 +59,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             framework: Default::default(),
             fp8_scaling: None,
             fused_cross_entropy: None,
+            compile: false,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -49,7 +49,7 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     let shard_degree = parallelism_section(spec, strategy, &mut doc, &mut report);
     training_section(spec, strategy, shard_degree, &mut doc, &mut report);
     checkpoint_section(spec, strategy, &mut doc, &mut report);
-    doc.bool("compile", "enable", false);
+    compile_section(spec, &mut doc);
 
     let mut text = String::new();
     text.push_str(&format!(
@@ -158,9 +158,10 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
             "tie_embeddings = true: torchtitan's llama3 keeps separate input and output embeddings",
         );
     }
-    if spec.train.fused_cross_entropy == Some(true) {
+    if spec.train.fused_cross_entropy == Some(true) && !spec.train.compile {
         report.unsupported(
-            "fused_cross_entropy = true: torchtitan computes PyTorch's cross-entropy on fp32 logits",
+            "fused_cross_entropy = true: torchtitan computes PyTorch's cross-entropy on fp32 \
+             logits unless the loss is compiled (compile = true)",
         );
     }
     if spec.train.precision == Precision::Fp8 {
@@ -198,6 +199,19 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
                  recipe",
             );
         }
+    }
+}
+
+/// Writes `[compile]`: the transformer blocks, and the loss too when the spec's loss is
+/// fused (a compiled cross-entropy does not materialise the fp32 logits).
+fn compile_section(spec: &Spec, doc: &mut TomlDoc) {
+    doc.bool("compile", "enable", spec.train.compile);
+    if spec.train.compile {
+        let mut components = vec!["model".to_string()];
+        if spec.train.fused_cross_entropy() {
+            components.push("loss".to_string());
+        }
+        doc.set("compile", "components", TomlValue::StrList(components));
     }
 }
 

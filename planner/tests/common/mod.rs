@@ -127,6 +127,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             framework: Default::default(),
             fp8_scaling: None,
             fused_cross_entropy: None,
+            compile: false,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -167,6 +167,9 @@ pub struct Calibration {
     /// the scale vectors are applied in the kernel's epilogue, and the kernels are newer and
     /// less tuned than cuBLAS's tensor-scaled path.
     pub fp8_rowwise_matmul: f64,
+    /// Throughput of a GEMM whose operands are not aligned to 16 bytes (attention heads whose
+    /// width times the element size is not a multiple of 16) relative to an aligned one.
+    pub misaligned_matmul: f64,
     /// Bytes of HBM the optimizer step touches per locally held parameter (Adam: read fp32
     /// grad 4, read+write master 8, two moments 16, write the bf16 copy 2, clip/zero 4).
     pub adam_bytes_per_param: f64,
@@ -202,12 +205,13 @@ impl Default for Calibration {
             layer_overhead_s: 89.3e-6,
             deepspeed_kernels: 0.8245,
             fp8_rowwise_matmul: 0.3784,
+            misaligned_matmul: 0.1083,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
             cuda_context_bytes: 0.6498e9,
             comm_buffer_bytes: 3.0e9,
             fragmentation: 0.03,
-            allocator_cache: 0.1625,
+            allocator_cache: 0.1813,
             logits_bytes_per_element: 6.18,
         }
     }

@@ -98,7 +98,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         (fwd.clone(), k(FLASH_BACKWARD_RATIO) * fwd)
     } else {
         let flops = k(4.0 * ctx.seq * ctx.q_dim) * tokens.clone() / t.clone();
-        let bmm = ctx.gemm(flops, vec![ctx.local_seq(), k(ctx.head_dim), k(ctx.seq)]);
+        let bmm = ctx.gemm(flops, vec![ctx.local_seq(), k(ctx.head_dim), k(ctx.seq)])
+            / misaligned_head_factor(ctx);
         let scores = k(ctx.heads * ctx.seq) * tokens.clone() / t.clone();
         let dropout = ctx.dropout;
         let fwd_bytes = SCORE_BYTES_FWD + dropout * SCORE_DROPOUT_BYTES_FWD;
@@ -144,9 +145,14 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         (4.0, 6.0)
     };
     let replicated_fwd = k((20.0 + 2.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
-    let replicated_bwd = k((20.0 + 10.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
+    // Compiled blocks write the norms' outputs (2h each) and the down projection's input
+    // again in backward, where the weight gradients need them (see `cost::memory`).
+    let (rebuilt_norms, rebuilt_down_input) = if ctx.compiled { (4.0, 2.0) } else { (0.0, 0.0) };
+    let replicated_bwd =
+        k((20.0 + rebuilt_norms + 10.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
     let sharded_fwd = k(act_fwd * act) * mlp_width.clone() * tokens.clone() / t.clone();
-    let sharded_bwd = k(act_bwd * act) * mlp_width.clone() * tokens.clone() / t.clone();
+    let sharded_bwd =
+        k((act_bwd + rebuilt_down_input) * act) * mlp_width.clone() * tokens.clone() / t.clone();
     let rotary = if ctx.rope {
         k(4.0 * act) * tokens.clone() * (k(ctx.q_dim) / t.clone() + k(ctx.kv_dim) / ctx.kv_split())
     } else {
@@ -177,6 +183,23 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         elementwise_bwd: ctx.bind(elementwise_bwd),
     }
 }
+
+/// Rate of the score and value GEMMs relative to aligned ones. Q, K and V are slices of the
+/// fused QKV projection's output, each head `head_dim` elements: unless `head_dim` elements
+/// fill whole 16-byte words, the GEMM operands are misaligned and cuBLAS cannot use its
+/// vectorised tensor-core kernels (NVIDIA's Matrix Multiplication Background User's Guide,
+/// "Tensor Core Requirements"); they run at the calibrated `misaligned_matmul` fraction.
+fn misaligned_head_factor(ctx: &Ctx) -> f64 {
+    let aligned = (ctx.head_dim * ctx.bytes.activation) % GEMM_ALIGNMENT_BYTES == 0.0;
+    if aligned {
+        1.0
+    } else {
+        ctx.cal.misaligned_matmul
+    }
+}
+
+/// Operand alignment tensor-core GEMMs need for full speed.
+const GEMM_ALIGNMENT_BYTES: f64 = 16.0;
 
 /// Forward GEMMs of an MLP of width `ffn` over `rows` tokens, sharded over tp.
 fn mlp_gemms(ctx: &Ctx, rows: Expr, ffn: f64) -> Expr {

@@ -104,6 +104,8 @@ pub(crate) struct Ctx {
     pub precision: Precision,
     pub fp8_scaling: Fp8Scaling,
     pub fused_cross_entropy: bool,
+    /// Blocks compiled with `torch.compile`: pointwise results are recomputed in backward.
+    pub compiled: bool,
     pub framework: Framework,
     pub moe: Option<MoeNumbers>,
     pub bytes: StateBytes,
@@ -229,6 +231,7 @@ impl Ctx {
             precision: train.precision,
             fp8_scaling: train.fp8_scaling(),
             fused_cross_entropy: train.fused_cross_entropy(),
+            compiled: train.compile,
             framework: train.framework,
             moe,
             bytes,

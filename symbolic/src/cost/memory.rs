@@ -23,6 +23,10 @@
 //!   6·s'b·ffn (gate, up, product); experts the same on the routed tokens plus their
 //!   dispatched inputs and combined outputs.
 //!
+//! Blocks under `torch.compile` (`train.compile`) keep neither the norms' outputs nor the
+//! down projection's input: the compiler's partitioner recomputes pointwise results in
+//! backward rather than saving them, so only the inputs those are computed from stay.
+//!
 //! FP8 training through Transformer Engine keeps fp8 copies of the GEMM inputs (1 byte per
 //! element instead of 2); through torchao it keeps the bf16 inputs and casts them again in
 //! backward.
@@ -65,7 +69,10 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
         1.0
     };
     let masks = 2.0 * ctx.dropout;
-    let replicated = k((4.0 + masks + 4.0 * g) * h * act) * sb.clone() / ctx.replicated_divisor();
+    // The two norms' outputs, inputs of the QKV and MLP GEMMs; compiled blocks rebuild them.
+    let norm_outputs = if ctx.compiled { 0.0 } else { 4.0 * g };
+    let replicated =
+        k((4.0 + masks + norm_outputs) * h * act) * sb.clone() / ctx.replicated_divisor();
     let attention = k((2.0 + 2.0 * g) * ctx.q_dim * act) * sb.clone() / t.clone()
         + k(4.0 * ctx.kv_dim * act) * sb.clone() / ctx.kv_split();
     let scores = if ctx.flash {
@@ -75,11 +82,12 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
         k((2.0 + 3.0 * ctx.dropout) * ctx.heads * ctx.seq * act) * sb.clone() / t.clone()
     };
     // gelu: its input and the down projection's input; swiglu: gate and up outputs and the
-    // down projection's input.
+    // down projection's input, which compiled blocks rebuild from the others.
+    let down_input = if ctx.compiled { 0.0 } else { 2.0 * g };
     let mlp_factor = if ctx.mlp_matrices > 2.0 {
-        4.0 + 2.0 * g
+        4.0 + down_input
     } else {
-        2.0 + 2.0 * g
+        2.0 + down_input
     };
     let dense_mlp = k(mlp_factor * ctx.ffn * act) * sb.clone() / t.clone();
     let mlp = match &ctx.moe {

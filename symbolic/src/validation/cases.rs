@@ -483,6 +483,8 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         // llm-foundry's MPT configurations use flash-attn's fused cross-entropy.
         fused_cross_entropy: matches!(source, Source::MptHopper | Source::MptAmpere)
             .then_some(true),
+        // torchtitan names its torch.compile runs.
+        compile: lower_model.contains("compile") || lower_notes.contains("compile"),
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {
