@@ -5,13 +5,14 @@
 //! calibrate`) by a coordinate search inside physically plausible ranges, on every published
 //! source with complete configurations, each source weighing the same, with Korthikanti et
 //! al.'s Table 5 target as an extra term, starting from round priors and from the committed
-//! values and keeping the better fit. Fitted (18 for throughput): Ampere, Volta and Hopper
+//! values and keeping the better fit. Fitted (19 for throughput): Ampere, Volta and Hopper
 //! bf16 `matmul`, Hopper `fp8_matmul`, the half-efficiency GEMM dimension (one value; Volta
 //! shares Ampere's, Hopper keeps its prior ratio 160/132.9 to it), Ampere and Hopper
 //! `attention`, Ampere (shared by Volta) and Hopper `memory`, Ada `matmul` (the L4, whose
 //! 72 W limit holds it far below its boost-clock peak), the two NCCL efficiencies,
-//! `dp_overlap`, `zero3_overlap`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels` and
-//! `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only data); then the memory
+//! `dp_overlap`, `zero3_overlap`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`,
+//! `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only data) and
+//! `misaligned_matmul` (BLOOM's sweeps over head counts are its only data); then the memory
 //! overheads (CUDA context, NCCL buffers, fragmentation, logits bytes, the allocator's cache
 //! in reserved readings) against the measured memory, penalising completed runs predicted not
 //! to fit. Leave-one-source-out
