@@ -209,6 +209,12 @@ impl Framework {
         self != Framework::Deepspeed
     }
 
+    /// Whether the software's FP8 library is torchao (the PyTorch-native stacks) rather than
+    /// Transformer Engine (Megatron-LM, and DeepSpeed through Megatron-DeepSpeed).
+    pub fn fp8_through_torchao(self) -> bool {
+        self == Framework::Fsdp
+    }
+
     /// The spec language's word for it.
     pub fn name(self) -> &'static str {
         match self {
@@ -282,10 +288,12 @@ impl TrainSpec {
     /// Transformer Engine's delayed scaling for Megatron-LM and DeepSpeed, torchao's
     /// tensor-wise dynamic scaling for the PyTorch-native stacks.
     pub fn fp8_scaling(&self) -> Fp8Scaling {
-        self.fp8_scaling.unwrap_or(match self.framework {
-            Framework::Megatron | Framework::Deepspeed => Fp8Scaling::Delayed,
-            Framework::Fsdp => Fp8Scaling::Tensorwise,
-        })
+        self.fp8_scaling
+            .unwrap_or(if self.framework.fp8_through_torchao() {
+                Fp8Scaling::Tensorwise
+            } else {
+                Fp8Scaling::Delayed
+            })
     }
 
     /// Whether the loss is a fused cross-entropy kernel: as written, else the framework's

@@ -261,12 +261,13 @@ impl Ctx {
         self.is_fp8() && self.fp8_scaling == scaling
     }
 
-    /// Whether FP8 runs through torchao (row-wise scaling, and tensor-wise scaling on the
-    /// PyTorch-native stacks) rather than Transformer Engine: torchao keeps the bf16 GEMM
-    /// inputs for backward, where Transformer Engine keeps their fp8 casts.
+    /// Whether FP8 runs through torchao (row-wise scaling, which only torchao offers, and
+    /// tensor-wise scaling where the framework's FP8 library is torchao) rather than
+    /// Transformer Engine: torchao keeps the bf16 GEMM inputs for backward, where Transformer
+    /// Engine keeps their fp8 casts.
     pub fn fp8_through_torchao(&self) -> bool {
         self.is_fp8_with(Fp8Scaling::Rowwise)
-            || (self.is_fp8_with(Fp8Scaling::Tensorwise) && self.framework == Framework::Fsdp)
+            || (self.is_fp8_with(Fp8Scaling::Tensorwise) && self.framework.fp8_through_torchao())
     }
 
     /// Whether weights and sequence-parallel inputs are cast before they are gathered, so
