@@ -998,29 +998,35 @@ fn torchao_tensorwise_gathers_fp8_and_keeps_bf16_inputs() {
 
 #[test]
 fn unfused_cross_entropy_holds_fp32_logits_and_gradients() {
-    let (tokens, vocab, t) = (2048.0, 51200.0, 2.0);
+    let (tokens, vocab) = (2048.0, 51200.0);
     let cal = Calibration {
         logits_bytes_per_element: 6.0,
         ..bare()
     };
-    let buffers = |framework: Framework, fused: Option<bool>| {
+    let buffers = |framework: Framework, fused: Option<bool>, tp: u64| {
         let mut spec = spec(gpt(8, 4096, 32), 2, 64);
         spec.train.framework = framework;
         spec.train.fused_cross_entropy = fused;
         let model = CostModel::with_calibration(&spec, cal).unwrap();
-        let s = strategy(8, 2, 1, 1);
+        let s = strategy(16 / tp, tp, 1, 1);
         model
             .stage_cost(&s, 0, 8, Recompute::None, Offload::default())
             .memory
             .buffers
     };
-    let fused = buffers(Framework::Megatron, None);
-    assert_eq!(buffers(Framework::Fsdp, Some(true)), fused);
-    // PyTorch's cross-entropy on fp32 logits: 12 bytes per element against the fused 6, the
-    // vocabulary split over tp.
-    let unfused = buffers(Framework::Fsdp, None);
-    assert!(close(unfused - fused, tokens * vocab / t * 6.0, 1e-9));
-    assert_eq!(buffers(Framework::Megatron, Some(false)), unfused);
+    let logits = |tp: f64, bytes: f64| tokens * vocab / tp * bytes;
+    for tp in [1, 2] {
+        let fused = buffers(Framework::Megatron, None, tp);
+        assert_eq!(buffers(Framework::Fsdp, Some(true), tp), fused);
+        // PyTorch's cross-entropy on fp32 logits: 12 bytes per element against the fused 6,
+        // the vocabulary split over tp.
+        let unfused = buffers(Framework::Megatron, Some(false), tp);
+        assert!(close(unfused - fused, logits(tp as f64, 12.0 - 6.0), 1e-9));
+        // The PyTorch-native stacks' loss-parallel cross-entropy over a split vocabulary: 16.
+        let native = buffers(Framework::Fsdp, None, tp);
+        let bytes = if tp > 1 { 16.0 } else { 12.0 };
+        assert!(close(native - fused, logits(tp as f64, bytes - 6.0), 1e-9));
+    }
 }
 
 #[test]

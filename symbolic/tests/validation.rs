@@ -87,7 +87,7 @@ fn per_source_errors_stay_within_achieved_bounds() {
     }
     let memory_bounds = [
         (Source::Bloom, 0.08, 0.33),
-        (Source::Torchtitan, 0.05, 0.19),
+        (Source::Torchtitan, 0.03, 0.13),
         (Source::Mist, 0.02, 0.02),
     ];
     for (source, mean, max) in memory_bounds {
