@@ -849,6 +849,9 @@ fn arbitrary_inputs_never_panic() {
         let mut spec = spec(model, nodes, rng.pick(&[0, 1, 64, 1536, 1536]));
         spec.train.seq_len = rng.pick(&[0, 1, 2048, 2048, 2048]);
         spec.train.flash_attention = rng.pick(&[0, 1]) == 1;
+        spec.train.compile = rng.pick(&[0, 1]) == 1;
+        spec.train.framework = [Framework::Megatron, Framework::Deepspeed, Framework::Fsdp]
+            [rng.pick(&[0, 1, 2]) as usize];
         spec.search.memory_limit = [0.95, 0.95, f64::NAN, -1.0][rng.pick(&[0, 1, 2, 3]) as usize];
         let Ok(cost) = CostModel::new(&spec) else {
             continue;
