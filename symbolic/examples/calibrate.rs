@@ -1,6 +1,6 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 19 parameters (per-generation kernel efficiencies,
+//! 1. Throughput: a coordinate search of 20 parameters (per-generation kernel efficiencies,
 //!    NCCL efficiencies, overlap fractions, per-layer overhead, DeepSpeed's kernels relative to
 //!    Megatron-LM's, row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned
 //!    attention heads relative to aligned ones), each inside a
@@ -51,7 +51,7 @@ const fn parameter(name: &'static str, low: f64, high: f64) -> Parameter {
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, link efficiencies between half and
 /// 95 % of the link rate, overlaps between none and full, at most 100 µs per layer pass.
-const THROUGHPUT: [Parameter; 19] = [
+const THROUGHPUT: [Parameter; 20] = [
     parameter("ampere.matmul", 0.55, 0.92),
     parameter("volta.matmul", 0.55, 0.92),
     parameter("hopper.matmul", 0.50, 0.85),
@@ -60,6 +60,7 @@ const THROUGHPUT: [Parameter; 19] = [
     parameter("half_dim", 32.0, 512.0),
     parameter("ampere.attention", 0.15, 0.75),
     parameter("hopper.attention", 0.15, 0.75),
+    parameter("hopper.native_attention", 0.15, 0.85),
     parameter("ampere.memory", 0.40, 0.92),
     parameter("hopper.memory", 0.40, 0.92),
     parameter("intra_node_comm_efficiency", 0.50, 0.95),
@@ -109,6 +110,7 @@ impl State {
             "half_dim" => &mut self.ampere.matmul_half_dim,
             "ampere.attention" => &mut self.ampere.attention,
             "hopper.attention" => &mut self.hopper.attention,
+            "hopper.native_attention" => &mut self.hopper.native_attention,
             "ampere.memory" => &mut self.ampere.memory,
             "hopper.memory" => &mut self.hopper.memory,
             "intra_node_comm_efficiency" => &mut self.cal.intra_node_comm_efficiency,
@@ -137,6 +139,8 @@ impl State {
         // half-efficiency dimension keeps its prior ratio to Ampere's (larger tiles).
         self.volta.matmul_half_dim = self.ampere.matmul_half_dim;
         self.volta.memory = self.ampere.memory;
+        // Off Hopper, Transformer Engine's attention and flash-attention 2 are of a kind.
+        self.ampere.native_attention = self.ampere.attention;
         self.hopper.matmul_half_dim = self.ampere.matmul_half_dim * HOPPER_HALF_DIM_RATIO;
     }
 
@@ -148,7 +152,7 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 24] = [
+const PRIORS: [(&str, f64); 25] = [
     ("ampere.matmul", 0.75),
     ("volta.matmul", 0.75),
     ("hopper.matmul", 0.70),
@@ -157,6 +161,7 @@ const PRIORS: [(&str, f64); 24] = [
     ("half_dim", 128.0),
     ("ampere.attention", 0.50),
     ("hopper.attention", 0.50),
+    ("hopper.native_attention", 0.50),
     ("ampere.memory", 0.70),
     ("hopper.memory", 0.70),
     ("intra_node_comm_efficiency", 0.80),

@@ -8,8 +8,8 @@ use tessel_grammar::{
     TrainSpec,
 };
 use tessel_symbolic::cost::{
-    render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, Output,
-    PipelineShape, StageCost, StrategyOverrides,
+    render_estimate_json, render_estimate_table, Calibration, CostError, CostModel,
+    KernelEfficiency, Output, PipelineShape, StageCost, StrategyOverrides,
 };
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -114,6 +114,11 @@ fn layer_activation_bytes(spec: &Spec, s: &Strategy) -> f64 {
     let one = model.stage_cost(s, 0, 1, s.recompute, Offload::default());
     let two = model.stage_cost(s, 0, 2, s.recompute, Offload::default());
     two.memory.activations - one.memory.activations
+}
+
+/// The calibrated kernel fractions of the A100s in `selene`.
+fn a100() -> KernelEfficiency {
+    KernelEfficiency::for_gpu(&selene(1).gpu)
 }
 
 fn close(a: f64, b: f64, tolerance: f64) -> bool {
@@ -936,7 +941,7 @@ fn fp8_scalings_pay_their_cast_passes_and_kernels() {
     let delayed = compute(Fp8Scaling::Delayed, cal);
     // Per layer and direction, the cast inputs are the QKV and MLP inputs (h each), the
     // output projection's (h) and the down projection's (4h): 7h per token.
-    let bandwidth = 2.039e12 * 0.679;
+    let bandwidth = 2.039e12 * a100().memory;
     let per_byte = 8.0 * 2.0 * tokens * 7.0 * h / bandwidth;
     // Tensor-wise: an amax read of 2 bytes more; row-wise: 5 more (column scales and casts).
     assert!(close(
@@ -1083,7 +1088,7 @@ fn misaligned_heads_slow_the_score_gemms() {
     // 13824 / 128 = 108 fp16 elements per head, 216 bytes: not whole 16-byte words. Forward
     // QKᵀ and AV and their two backward GEMMs each run at the misaligned fraction.
     let (hidden, head_dim) = (13824.0, 108.0);
-    let rate = 312e12 * 0.7725 * head_dim / (head_dim + 102.28);
+    let rate = 312e12 * a100().matmul * head_dim / (head_dim + a100().matmul_half_dim);
     let aligned_gemms = 3.0 * 4.0 * s * hidden * tokens / t / rate;
     let slowdown = compute(13824, 128, 0.25) - compute(13824, 128, 1.0);
     assert!(close(slowdown, aligned_gemms * (4.0 - 1.0), 1e-9));
@@ -1110,10 +1115,43 @@ fn compiled_blocks_rebuild_norm_outputs_and_the_down_input() {
         let model = CostModel::with_calibration(&compiled(compile), bare()).unwrap();
         model.stage_outputs(&s, 1, 1, Recompute::None, Offload::default())[Output::Compute.index()]
     };
-    let bandwidth = 2.039e12 * 0.679;
+    let bandwidth = 2.039e12 * a100().memory;
     assert!(close(
         compute(true) - compute(false),
         tokens * (4.0 * h + 2.0 * ffn / t) / bandwidth,
         1e-9
     ));
+}
+
+#[test]
+fn megatron_runs_hopper_native_attention() {
+    let (tokens, s, h, peak) = (2048.0, 2048.0, 4096.0, 989e12);
+    let compute = |framework: Framework, gpu: &str| {
+        let mut spec = spec(gpt(8, 4096, 32), 1, 64);
+        spec.cluster.gpu.name = gpu.into();
+        spec.cluster.gpu.peak.bf16 = peak;
+        spec.train.flash_attention = true;
+        spec.train.framework = framework;
+        let model = CostModel::with_calibration(&spec, bare()).unwrap();
+        let efficiency = *model.efficiency();
+        let out = model.stage_outputs(
+            &strategy(8, 1, 1, 1),
+            0,
+            8,
+            Recompute::None,
+            Offload::default(),
+        );
+        (out[Output::Compute.index()], efficiency)
+    };
+    let (megatron, efficiency) = compute(Framework::Megatron, "H100-SXM");
+    let (fsdp, _) = compute(Framework::Fsdp, "H100-SXM");
+    assert!(efficiency.native_attention > efficiency.attention);
+    // Causal flash attention, forward and its 2.5× backward, over 8 layers.
+    let flops = 8.0 * 3.5 * 4.0 * s * h * 0.5 * tokens;
+    let expected = flops / peak * (1.0 / efficiency.attention - 1.0 / efficiency.native_attention);
+    assert!(close(fsdp - megatron, expected, 1e-9));
+    // Off Hopper the two kernels are of a kind.
+    let (a100_megatron, _) = compute(Framework::Megatron, "A100-SXM4-80GB");
+    let (a100_fsdp, _) = compute(Framework::Fsdp, "A100-SXM4-80GB");
+    assert_eq!(a100_megatron, a100_fsdp);
 }

@@ -5,10 +5,11 @@
 //! calibrate`) by a coordinate search inside physically plausible ranges, on every published
 //! source with complete configurations, each source weighing the same, with Korthikanti et
 //! al.'s Table 5 target as an extra term, starting from round priors and from the committed
-//! values and keeping the better fit. Fitted (19 for throughput): Ampere, Volta and Hopper
+//! values and keeping the better fit. Fitted (20 for throughput): Ampere, Volta and Hopper
 //! bf16 `matmul`, Hopper `fp8_matmul`, the half-efficiency GEMM dimension (one value; Volta
 //! shares Ampere's, Hopper keeps its prior ratio 160/132.9 to it), Ampere and Hopper
-//! `attention`, Ampere (shared by Volta) and Hopper `memory`, Ada `matmul` (the L4, whose
+//! `attention`, Hopper `native_attention` (Ampere's is its `attention`), Ampere (shared by
+//! Volta) and Hopper `memory`, Ada `matmul` (the L4, whose
 //! 72 W limit holds it far below its boost-clock peak), the two NCCL efficiencies,
 //! `dp_overlap`, `zero3_overlap`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`,
 //! `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only data) and
@@ -64,8 +65,15 @@ pub struct KernelEfficiency {
     /// Fraction of the fp8 peak a large fp8 matmul reaches (scaling and casts keep it below
     /// the bf16 fraction).
     pub fp8_matmul: f64,
-    /// Fraction of the bf16/fp16 peak the fused (flash) attention kernel reaches.
+    /// Fraction of the bf16/fp16 peak the fused (flash) attention kernel reaches: flash-attention
+    /// 2's, which the PyTorch-native stacks (SDPA) and DeepSpeed run.
     pub attention: f64,
+    /// The same for the fused attention Transformer Engine runs under Megatron-LM (cuDNN's):
+    /// on Hopper written for its asynchronous tensor-core instructions (`wgmma`, TMA), which
+    /// flash-attention 2's Ampere-era kernels do not use (Shah et al. 2024, FlashAttention-3,
+    /// arXiv 2407.08608: 1.5–2× flash-attention 2 on H100); elsewhere the two kernels are of a
+    /// kind and share `attention`.
+    pub native_attention: f64,
     /// Fraction of HBM bandwidth memory-bound kernels reach.
     pub memory: f64,
 }
@@ -76,30 +84,34 @@ impl KernelEfficiency {
         let base = match GpuGeneration::from_name(&gpu.name) {
             GpuGeneration::Volta => KernelEfficiency {
                 matmul: 0.8025,
-                matmul_half_dim: 102.28,
+                matmul_half_dim: 102.37,
                 fp8_matmul: 0.6,
                 attention: 0.40,
-                memory: 0.679,
+                native_attention: 0.40,
+                memory: 0.6586,
             },
             GpuGeneration::Ampere => KernelEfficiency {
                 matmul: 0.7725,
-                matmul_half_dim: 102.28,
+                matmul_half_dim: 102.37,
                 fp8_matmul: 0.6,
                 attention: 0.2767,
-                memory: 0.679,
+                native_attention: 0.2767,
+                memory: 0.6586,
             },
             GpuGeneration::Ada => KernelEfficiency {
                 matmul: 0.6375,
                 matmul_half_dim: 110.0,
                 fp8_matmul: 0.6,
                 attention: 0.50,
+                native_attention: 0.50,
                 memory: 0.70,
             },
             GpuGeneration::Hopper => KernelEfficiency {
                 matmul: 0.6283,
-                matmul_half_dim: 123.13,
-                fp8_matmul: 0.85,
-                attention: 0.1830,
+                matmul_half_dim: 123.24,
+                fp8_matmul: 0.6886,
+                attention: 0.1777,
+                native_attention: 0.3870,
                 memory: 0.40,
             },
             GpuGeneration::Other => KernelEfficiency {
@@ -107,31 +119,39 @@ impl KernelEfficiency {
                 matmul_half_dim: 128.0,
                 fp8_matmul: 0.6,
                 attention: 0.45,
+                native_attention: 0.45,
                 memory: 0.65,
             },
         };
         KernelEfficiency {
             matmul: gpu.efficiency.matmul.unwrap_or(base.matmul),
             attention: gpu.efficiency.attention.unwrap_or(base.attention),
+            native_attention: gpu.efficiency.attention.unwrap_or(base.native_attention),
             memory: gpu.efficiency.memory.unwrap_or(base.memory),
             ..base
         }
     }
 
     /// The fractions the given training software reaches. The per-GPU fractions describe
-    /// Megatron-LM's kernels; DeepSpeed's (Megatron-DeepSpeed's kernels, its pipeline engine's
-    /// host overheads) run at the calibrated fraction `deepspeed_kernels` of them, every kernel
-    /// class alike. The FSDP stacks get no factor of their own: fitted, it came out at 0.97,
-    /// and with all DeepSpeed runs on A100s it cannot be told apart from the GPU's fractions.
+    /// Megatron-LM's kernels, whose attention is Transformer Engine's (`native_attention`);
+    /// the other stacks run flash-attention 2 (`attention`). DeepSpeed's kernels
+    /// (Megatron-DeepSpeed's, its pipeline engine's host overheads) run at the calibrated
+    /// fraction `deepspeed_kernels` of them, every kernel class alike. The FSDP stacks get no
+    /// factor of their own: fitted, it came out at 0.97, and with all DeepSpeed runs on A100s
+    /// it cannot be told apart from the GPU's fractions.
     pub fn for_framework(self, framework: Framework, cal: &Calibration) -> KernelEfficiency {
         let factor = match framework {
             Framework::Megatron | Framework::Fsdp => 1.0,
             Framework::Deepspeed => cal.deepspeed_kernels,
         };
+        let attention = match framework {
+            Framework::Megatron => self.native_attention,
+            Framework::Deepspeed | Framework::Fsdp => self.attention,
+        };
         KernelEfficiency {
             matmul: self.matmul * factor,
             fp8_matmul: self.fp8_matmul * factor,
-            attention: self.attention * factor,
+            attention: attention * factor,
             memory: self.memory * factor,
             ..self
         }
@@ -196,23 +216,23 @@ pub struct Calibration {
 impl Default for Calibration {
     fn default() -> Self {
         Calibration {
-            intra_node_comm_efficiency: 0.824,
-            inter_node_comm_efficiency: 0.9215,
+            intra_node_comm_efficiency: 0.8817,
+            inter_node_comm_efficiency: 0.9138,
             tp_overlap: 0.0,
             dp_overlap: 0.0,
-            zero3_overlap: 0.5238,
-            pp_exposed: 0.0,
+            zero3_overlap: 0.5430,
+            pp_exposed: 0.1058,
             ep_overlap: 0.0,
-            layer_overhead_s: 89.3e-6,
+            layer_overhead_s: 100.0e-6,
             deepspeed_kernels: 0.8245,
-            fp8_rowwise_matmul: 0.3784,
-            misaligned_matmul: 0.1083,
+            fp8_rowwise_matmul: 0.4694,
+            misaligned_matmul: 0.1072,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
-            cuda_context_bytes: 0.6498e9,
+            cuda_context_bytes: 0.6557e9,
             comm_buffer_bytes: 3.0e9,
             fragmentation: 0.03,
-            allocator_cache: 0.1813,
+            allocator_cache: 0.1768,
             logits_bytes_per_element: 6.18,
         }
     }
