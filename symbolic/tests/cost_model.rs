@@ -1155,3 +1155,34 @@ fn megatron_runs_hopper_native_attention() {
     let (a100_fsdp, _) = compute(Framework::Fsdp, "A100-SXM4-80GB");
     assert_eq!(a100_megatron, a100_fsdp);
 }
+
+#[test]
+fn expert_dispatch_moves_each_ranks_sequence_shard() {
+    let (tokens, h, t, e) = (2048.0, 1024.0, 2.0, 4.0);
+    let spec = spec(small_moe(4, 0), 2, 64);
+    let cal = Calibration {
+        ep_overlap: 0.0,
+        ..bare()
+    };
+    let model = CostModel::with_calibration(&spec, cal).unwrap();
+    let mut s = strategy(8, 2, 1, 1);
+    s.ep = 4;
+    s.sequence_parallel = true;
+    let ep_comm = |s: &Strategy, layers| {
+        model.stage_outputs(s, 0, layers, Recompute::None, Offload::default())
+            [Output::EpComm.index()]
+    };
+    let layer = ep_comm(&s, 2) - ep_comm(&s, 1);
+    // The 4 expert-parallel ranks sit 2 GPUs apart, 8 GPUs: one node, on NVLink. Each tp rank
+    // dispatches its half of the tokens, top-2 copies of each; the tp-sharded experts gather
+    // the second copy over tp (the first is the dense MLP's sequence-parallel gather).
+    let per_byte = 1.0 / (300e9 * cal.intra_node_comm_efficiency);
+    let all_to_all = (e - 1.0) / e * (tokens / t * 2.0 * h * 2.0) * per_byte;
+    let regather = (t - 1.0) / t * (tokens * 1.0 * h * 2.0) * per_byte;
+    // Dispatch and combine, forward and backward.
+    assert!(close(layer, 4.0 * (all_to_all + regather), 1e-9));
+    // Without sequence parallelism every tp rank holds, and dispatches, all tokens.
+    s.sequence_parallel = false;
+    let replicated = ep_comm(&s, 2) - ep_comm(&s, 1);
+    assert!(close(replicated, 4.0 * all_to_all * t, 1e-9));
+}

@@ -8,7 +8,7 @@
 
 use tessel_grammar::Framework;
 
-use super::context::{k, Ctx};
+use super::context::{above, k, Ctx};
 use super::parameters::{layer_params, stage_params};
 use crate::Expr;
 
@@ -39,18 +39,26 @@ pub(crate) fn cp_layer_forward(ctx: &Ctx) -> Expr {
 }
 
 /// Seconds of the expert-parallel all-to-alls of one average layer in one direction: dispatch
-/// and combine of the routed tokens.
+/// and combine of the routed tokens. Each tp rank dispatches only the tokens it holds, its
+/// sequence-parallel shard when sequence parallelism is on (Megatron-Core's all-to-all
+/// dispatcher); the tp-sharded experts then all-gather what arrives over tp, and the combine
+/// reduce-scatters it back. The dense MLP's sequence-parallel gather, one copy of each token,
+/// is counted with the tp collectives; the expert layer gathers `top_k · capacity` copies.
 pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
     match &ctx.moe {
         None => k(0.0),
         Some(moe) => {
-            let bytes =
-                ctx.tokens() * (moe.top_k * moe.capacity * ctx.hidden * ctx.bytes.activation);
+            let copies = moe.top_k * moe.capacity;
+            let element = ctx.hidden * ctx.bytes.activation;
+            let dispatched = ctx.tokens() / ctx.replicated_divisor() * (copies * element);
             let stride = ctx.t.clone() * ctx.c.clone();
-            k(2.0)
-                * ctx.moe_fraction()
-                * ctx.all_to_all(bytes, ctx.e.clone(), stride)
-                * (1.0 - ctx.cal.ep_overlap)
+            let all_to_all = ctx.all_to_all(dispatched, ctx.e.clone(), stride);
+            let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
+            let extra_copies = (copies - 1.0).max(0.0);
+            let regather = ctx.sp.clone()
+                * above(ctx.e.clone(), 1.0)
+                * ctx.gather(ctx.tokens() * (extra_copies * element), &ring);
+            k(2.0) * ctx.moe_fraction() * (all_to_all + regather) * (1.0 - ctx.cal.ep_overlap)
         }
     }
 }
