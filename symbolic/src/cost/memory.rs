@@ -164,19 +164,29 @@ fn zero_buckets(ctx: &Ctx, z1: Expr) -> Expr {
 /// works on an fp32 softmax: the calibrated `logits_bytes_per_element`. PyTorch's
 /// cross-entropy on logits upcast to fp32, as torchtitan computes its loss, peaks in the
 /// log-softmax backward with its saved fp32 output, the fp32 gradient arriving and the fp32
-/// gradient leaving: 12. With the vocabulary split over tp, the PyTorch-native stacks run
-/// PyTorch's loss-parallel cross-entropy (torchtitan's default), whose backward builds the
-/// gradient from separate ops: beside the saved log-probabilities, the scattered target
-/// gradient, the exponentials and their sum with it, then the product: 16.
-fn logits_bytes_per_element(ctx: &Ctx) -> Expr {
+/// gradient leaving: 12.
+fn logits_bytes_per_element(ctx: &Ctx) -> f64 {
     if ctx.fused_cross_entropy {
-        k(ctx.cal.logits_bytes_per_element)
-    } else if ctx.framework == Framework::Fsdp {
-        k(UNFUSED_CROSS_ENTROPY_BYTES)
-            + above(ctx.t.clone(), 1.0) * (LOSS_PARALLEL_BYTES - UNFUSED_CROSS_ENTROPY_BYTES)
+        ctx.cal.logits_bytes_per_element
     } else {
-        k(UNFUSED_CROSS_ENTROPY_BYTES)
+        UNFUSED_CROSS_ENTROPY_BYTES
     }
+}
+
+/// Bytes of logits alive at the loss on this device.
+fn logits_bytes(ctx: &Ctx) -> Expr {
+    let logits =
+        ctx.is_last() * ctx.tokens() * (ctx.vocab * logits_bytes_per_element(ctx)) / ctx.t.clone();
+    if ctx.fused_cross_entropy || ctx.framework != Framework::Fsdp {
+        return logits;
+    }
+    // With the vocabulary split over tp, the PyTorch-native stacks run PyTorch's loss-parallel
+    // cross-entropy (torchtitan's default), whose backward builds the gradient from separate
+    // ops: beside the saved log-probabilities, the scattered target gradient, the exponentials
+    // and their sum with it, then the product: 16 bytes per element.
+    let elements = ctx.is_last() * ctx.tokens() * ctx.vocab / ctx.t.clone();
+    logits
+        + above(ctx.t.clone(), 1.0) * elements * (LOSS_PARALLEL_BYTES - UNFUSED_CROSS_ENTROPY_BYTES)
 }
 
 const UNFUSED_CROSS_ENTROPY_BYTES: f64 = 12.0;
@@ -213,8 +223,7 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let recompute_working_set = ctx.bind(Expr::min([ctx.full.clone(), k(1.0)]) * layer);
     let activations = in_flight(ctx) * per_microbatch + recompute_working_set.clone();
 
-    let logits =
-        ctx.is_last() * ctx.tokens() * ctx.vocab * logits_bytes_per_element(ctx) / ctx.t.clone();
+    let logits = logits_bytes(ctx);
     let gathered = z3 * layer_params(ctx) * (2.0 * bytes.weight + bytes.gradient);
 
     let weights = ctx.bind((k(1.0) - ctx.off_w.clone()) * weights);
