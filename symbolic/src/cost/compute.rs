@@ -98,8 +98,10 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         (fwd.clone(), k(FLASH_BACKWARD_RATIO) * fwd)
     } else {
         let flops = k(4.0 * ctx.seq * ctx.q_dim) * tokens.clone() / t.clone();
-        let bmm = ctx.gemm(flops, vec![ctx.local_seq(), k(ctx.head_dim), k(ctx.seq)])
-            / misaligned_head_factor(ctx);
+        let mut bmm = ctx.gemm(flops, vec![ctx.local_seq(), k(ctx.head_dim), k(ctx.seq)]);
+        if misaligned_heads(ctx) {
+            bmm = bmm / ctx.cal.misaligned_matmul;
+        }
         let scores = k(ctx.heads * ctx.seq) * tokens.clone() / t.clone();
         let dropout = ctx.dropout;
         let fwd_bytes = SCORE_BYTES_FWD + dropout * SCORE_DROPOUT_BYTES_FWD;
@@ -184,18 +186,13 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     }
 }
 
-/// Rate of the score and value GEMMs relative to aligned ones. Q, K and V are slices of the
+/// Whether the score and value GEMMs run on misaligned operands. Q, K and V are slices of the
 /// fused QKV projection's output, each head `head_dim` elements: unless `head_dim` elements
-/// fill whole 16-byte words, the GEMM operands are misaligned and cuBLAS cannot use its
-/// vectorised tensor-core kernels (NVIDIA's Matrix Multiplication Background User's Guide,
-/// "Tensor Core Requirements"); they run at the calibrated `misaligned_matmul` fraction.
-fn misaligned_head_factor(ctx: &Ctx) -> f64 {
-    let aligned = (ctx.head_dim * ctx.bytes.activation) % GEMM_ALIGNMENT_BYTES == 0.0;
-    if aligned {
-        1.0
-    } else {
-        ctx.cal.misaligned_matmul
-    }
+/// fill whole 16-byte words, cuBLAS cannot use its vectorised tensor-core kernels (NVIDIA's
+/// Matrix Multiplication Background User's Guide, "Tensor Core Requirements"), and those GEMMs
+/// run at the calibrated `misaligned_matmul` fraction of the aligned rate.
+fn misaligned_heads(ctx: &Ctx) -> bool {
+    (ctx.head_dim * ctx.bytes.activation) % GEMM_ALIGNMENT_BYTES != 0.0
 }
 
 /// Operand alignment tensor-core GEMMs need for full speed.
