@@ -2,6 +2,7 @@
 
 pub mod cost;
 mod expr;
+pub mod primitives;
 pub mod validation;
 
 pub use expr::{BatchScratch, CompileError, Expr, Program, Symbol};

@@ -1,0 +1,69 @@
+//! Fits every primitive to the published microbenchmarks and prints, for each kind, its
+//! errors in the fit and with each source held out, then the fitted parameters.
+//!
+//! `cargo run --release -p tessel-symbolic --example fit_primitives`
+
+use tessel_symbolic::primitives::fit::{fit_and_score, PrimitiveScore};
+use tessel_symbolic::primitives::{default_microbench_dirs, load_microbenchmarks};
+
+fn main() {
+    let data = match load_microbenchmarks(&default_microbench_dirs()) {
+        Ok(data) => data,
+        Err(err) => {
+            eprintln!("{err}");
+            std::process::exit(1);
+        }
+    };
+    let (fitted, scores) = fit_and_score(&data);
+    println!("| primitive | rows | sources | median error, source held out | mean, held out | median in the fit |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for score in &scores {
+        let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
+            / score.held_out.len().max(1) as f64;
+        println!(
+            "| {} | {} | {} | {:.1} % | {:.1} % | {:.1} % |",
+            score.kind,
+            score.rows,
+            score.sources,
+            100.0 * PrimitiveScore::median_abs(&score.held_out),
+            100.0 * mean,
+            100.0 * PrimitiveScore::median_abs(&score.in_fit),
+        );
+    }
+    println!("\n{fitted:#?}");
+    if std::env::var_os("VERBOSE").is_some() {
+        use tessel_symbolic::primitives::fit::{gemm_generation, predict_collective, predict_gemm};
+        for r in &data.collectives {
+            println!(
+                "C {:>6.2} {:?} n={} pn={} bytes={} meas={:.1}us pred={:.1}us {}",
+                predict_collective(r, &fitted.collectives) / r.seconds,
+                r.kind,
+                r.ranks,
+                r.per_node,
+                r.bytes,
+                r.seconds * 1e6,
+                predict_collective(r, &fitted.collectives) * 1e6,
+                &r.system[..r.system.len().min(30)]
+            );
+        }
+        for r in &data.gemms {
+            let label = if format!("{:?}", gemm_generation(r)) == "Hopper" {
+                "hopper"
+            } else {
+                "ampere"
+            };
+            let p = predict_gemm(r, &fitted.gemms[label]);
+            println!(
+                "G {:>6.2} {} {} {} meas={:.1}TF pred={:.1}TF {} {}",
+                p / r.seconds,
+                r.m,
+                r.n,
+                r.k,
+                2.0 * r.m * r.n * r.k / r.seconds / 1e12,
+                2.0 * r.m * r.n * r.k / p / 1e12,
+                &r.gpu[..r.gpu.len().min(20)],
+                &r.source[..r.source.len().min(40)]
+            );
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! NCCL collectives as algorithms: how many steps each takes over a group, what each step
+//! costs, and how many bytes cross the slowest link.
+//!
+//! - Ring all-gather and reduce-scatter: `n − 1` steps, each rank sends `(n − 1)/n` of the
+//!   (whole) buffer. NCCL runs them only as rings, so a call over thousands of ranks pays
+//!   thousands of step latencies however small its buffer: the reason ZeRO-3's per-layer
+//!   gathers stop shrinking as a data-parallel group grows.
+//! - All-reduce: NCCL picks the faster of a ring (`2(n − 1)` steps, `2(n − 1)/n` of the buffer)
+//!   and, across nodes, a tree (a chain inside each node, a binary tree between nodes:
+//!   `2(g − 1 + ⌈log2 nodes⌉)` steps, the same bytes per rank: nccl-tests measure the same
+//!   bus bandwidth for both at large sizes).
+//! - All-to-all: every rank exchanges `1/n` of its buffer with each peer, `n − 1` rounds of
+//!   paired sends; the bytes to peers in other nodes leave through the rank's own NIC.
+//! - Point-to-point: one message.
+//!
+//! Links: inside a node each rank drives its NVLink/NVSwitch port; a ring that crosses nodes
+//! runs one channel per member of the group in a node, each through its own NIC, so it moves
+//! `members_per_node × NIC` bandwidth, capped by the intra-node link. Each link reaches a
+//! calibrated fraction of its rate ([`CollectiveParams`]), and each call pays a fixed launch
+//! and synchronisation latency besides its steps.
+
+use super::scalar::{c, ceil_log2, exceeds, Scalar};
+
+/// Which collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Collective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    SendRecv,
+}
+
+impl Collective {
+    /// nccl-tests' name (`all_reduce`, ...).
+    pub fn from_name(name: &str) -> Option<Collective> {
+        Some(match name {
+            "all_reduce" => Collective::AllReduce,
+            "all_gather" => Collective::AllGather,
+            "reduce_scatter" => Collective::ReduceScatter,
+            "alltoall" => Collective::AllToAll,
+            "sendrecv" => Collective::SendRecv,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllToAll => "alltoall",
+            Collective::SendRecv => "sendrecv",
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor: bytes each rank moves per byte of the buffer.
+    pub fn bus_factor(self, ranks: f64) -> f64 {
+        match self {
+            Collective::AllReduce => 2.0 * (ranks - 1.0) / ranks,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                (ranks - 1.0) / ranks
+            }
+            Collective::SendRecv => 1.0,
+        }
+    }
+}
+
+/// The links of a cluster, per GPU and direction, in bytes per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Links {
+    pub intra_bandwidth: f64,
+    pub inter_bandwidth: f64,
+}
+
+/// NCCL's behaviour on those links, calibrated on nccl-tests measurements
+/// (`fit::fit_collectives`, table in `docs/VALIDATION.md`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CollectiveParams {
+    /// Fixed cost of one call: kernel launch, the first synchronisation, seconds.
+    pub call_latency_s: f64,
+    /// One algorithm step between GPUs of a node (NVLink, NVSwitch), seconds.
+    pub intra_step_s: f64,
+    /// One algorithm step across the network, seconds.
+    pub inter_step_s: f64,
+    /// Bus bandwidth over the intra-node link rate at large messages.
+    pub intra_efficiency: f64,
+    /// Bus bandwidth over the NIC rate at large messages.
+    pub inter_efficiency: f64,
+}
+
+impl Default for CollectiveParams {
+    /// Fitted by `cargo run --release -p tessel-symbolic --example fit_primitives`.
+    fn default() -> Self {
+        CollectiveParams {
+            call_latency_s: 11.62e-6,
+            intra_step_s: 5.826e-6,
+            inter_step_s: 8.896e-6,
+            intra_efficiency: 0.7631,
+            inter_efficiency: 0.8122,
+        }
+    }
+}
+
+/// A group of `ranks` GPUs of which `per_node` share a node (`ranks / per_node` nodes).
+#[derive(Clone, Debug)]
+pub struct Group<S> {
+    pub ranks: S,
+    pub per_node: S,
+}
+
+impl<S: Scalar> Group<S> {
+    /// `ranks` placed `stride` GPUs apart on nodes of `gpus_per_node`.
+    pub fn placed(ranks: S, stride: S, gpus_per_node: f64) -> Group<S> {
+        let per_node = ranks
+            .clone()
+            .min_of(c::<S>(gpus_per_node) / stride)
+            .max_of(c(1.0));
+        Group { ranks, per_node }
+    }
+
+    fn nodes(&self) -> S {
+        self.ranks.clone() / self.per_node.clone()
+    }
+
+    /// 1 when the group spans more than one node.
+    fn crosses(&self) -> S {
+        exceeds(self.ranks.clone() - self.per_node.clone(), 0.0)
+    }
+}
+
+/// Seconds of one call of `kind` on a buffer of `bytes` (nccl-tests' size: the whole gathered
+/// or reduced buffer; for all-to-all each rank's buffer) over `group`.
+pub fn collective_time<S: Scalar>(
+    kind: Collective,
+    bytes: S,
+    group: &Group<S>,
+    links: &Links,
+    params: &CollectiveParams,
+) -> S {
+    let n = group.ranks.clone();
+    let crosses = group.crosses();
+    let single = c::<S>(1.0) - crosses.clone();
+    let intra_rate = links.intra_bandwidth * params.intra_efficiency;
+    let nic_rate = links.inter_bandwidth * params.inter_efficiency;
+    // Seconds per byte on the ring's bottleneck, and per step.
+    let ring_rate_across = (group.per_node.clone() * c(nic_rate)).min_of(c(intra_rate));
+    let per_byte = single.clone() * c(1.0 / intra_rate) + crosses.clone() / ring_rate_across;
+    let step = single.clone() * c(params.intra_step_s) + crosses.clone() * c(params.inter_step_s);
+    let spread = (n.clone() - c(1.0)) / n.clone();
+    let call = c::<S>(params.call_latency_s);
+    // Bus bandwidth falls with message size because every step's latency is paid whatever
+    // the bytes.
+    let protocols = |steps: S, wire: S| steps + wire;
+    match kind {
+        Collective::AllGather | Collective::ReduceScatter => {
+            call + protocols((n.clone() - c(1.0)) * step, spread * bytes * per_byte)
+        }
+        Collective::AllReduce => {
+            let volume = c::<S>(2.0) * spread * bytes * per_byte;
+            let ring = c::<S>(2.0) * (n - c(1.0)) * step;
+            // Across nodes NCCL's tree: a chain through the node, a binary tree between nodes.
+            let tree = c::<S>(2.0)
+                * ((group.per_node.clone() - c(1.0)) * c(params.intra_step_s)
+                    + ceil_log2(group.nodes()) * c(params.inter_step_s));
+            call + protocols(single * ring.clone() + crosses * ring.min_of(tree), volume)
+        }
+        Collective::AllToAll => {
+            // Peers in other nodes go through this rank's NIC, those in its node over NVLink,
+            // at the same time.
+            let off_node = (n.clone() - group.per_node.clone()) / n.clone();
+            let on_node = (group.per_node.clone() - c(1.0)) / n.clone();
+            let wire = (bytes.clone() * off_node * c(1.0 / nic_rate))
+                .max_of(bytes * on_node * c(1.0 / intra_rate));
+            call + protocols((n - c(1.0)) * step, wire)
+        }
+        Collective::SendRecv => {
+            let rate = single.clone() * c(1.0 / intra_rate) + crosses * c(1.0 / nic_rate);
+            call + protocols(step, bytes * rate)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Expr;
+
+    const LINKS: Links = Links {
+        intra_bandwidth: 300e9,
+        inter_bandwidth: 25e9,
+    };
+
+    fn params() -> CollectiveParams {
+        CollectiveParams {
+            call_latency_s: 10e-6,
+            intra_step_s: 1e-6,
+            inter_step_s: 5e-6,
+            intra_efficiency: 1.0,
+            inter_efficiency: 1.0,
+        }
+    }
+
+    #[test]
+    fn ring_all_gather_in_a_node_is_steps_plus_bytes() {
+        let group = Group::placed(8.0, 1.0, 8.0);
+        let t = collective_time(Collective::AllGather, 8e9, &group, &LINKS, &params());
+        let expected = 10e-6 + 7.0 * 1e-6 + 7.0 / 8.0 * 8e9 / 300e9;
+        assert!((t - expected).abs() < 1e-12, "{t} vs {expected}");
+    }
+
+    #[test]
+    fn small_gathers_over_thousands_of_ranks_are_latency_bound() {
+        let group = Group::placed(1536.0, 1.0, 8.0);
+        let t = collective_time(Collective::AllGather, 1e6, &group, &LINKS, &params());
+        assert!(t > 1535.0 * 5e-6, "{t}");
+        let small = Group::placed(16.0, 1.0, 8.0);
+        let t16 = collective_time(Collective::AllGather, 1e6, &small, &LINKS, &params());
+        assert!(t > 50.0 * t16, "{t} vs {t16}");
+    }
+
+    #[test]
+    fn all_reduce_across_nodes_takes_the_tree_when_it_is_shorter() {
+        let group = Group::placed(1024.0, 8.0, 8.0); // one rank per node: 1024 nodes
+        let t = collective_time(Collective::AllReduce, 1024.0, &group, &LINKS, &params());
+        let tree = 10e-6 + 2.0 * 10.0 * 5e-6;
+        assert!((t - tree).abs() < 1e-7 + 2.0 * 1023.0 / 1024.0 * 1024.0 / 25e9);
+    }
+
+    #[test]
+    fn a_ring_across_nodes_uses_one_nic_per_member() {
+        let group = Group::placed(16.0, 1.0, 8.0);
+        let big = 16e9;
+        let t = collective_time(Collective::AllGather, big, &group, &LINKS, &params());
+        let bandwidth_part = 15.0 / 16.0 * big / (8.0 * 25e9);
+        assert!((t - bandwidth_part).abs() < 1e-3, "{t} vs {bandwidth_part}");
+    }
+
+    #[test]
+    fn expression_matches_numbers() {
+        let n = Expr::symbol("n");
+        let group = Group::placed(n, Expr::from(2.0), 8.0);
+        for kind in [
+            Collective::AllReduce,
+            Collective::AllGather,
+            Collective::AllToAll,
+            Collective::SendRecv,
+        ] {
+            let e = collective_time(kind, Expr::from(1e7), &group, &LINKS, &params());
+            for ranks in [2.0, 4.0, 64.0, 512.0] {
+                let numeric = collective_time(
+                    kind,
+                    1e7,
+                    &Group::placed(ranks, 2.0, 8.0),
+                    &LINKS,
+                    &params(),
+                );
+                let symbolic = e.eval(&|_| ranks);
+                assert!(
+                    (numeric - symbolic).abs() <= 1e-12 * numeric,
+                    "{kind:?} {ranks}"
+                );
+            }
+        }
+    }
+}

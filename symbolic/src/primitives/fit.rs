@@ -1,0 +1,531 @@
+//! Fitting each primitive to its microbenchmarks, and scoring it on the sources its fit never
+//! saw (leave one source out).
+//!
+//! The loss is the mean absolute log ratio of predicted to measured time, each source
+//! weighing the same (a 70-row sweep does not drown a 5-row one). Parameters move inside
+//! physical ranges by a bounded coordinate search, from the committed values.
+
+use std::collections::BTreeMap;
+
+use super::attention::{attention_tflops, AttentionKernel, AttentionParams};
+use super::collective::{collective_time, CollectiveParams, Group};
+use super::gemm::{gemm_time, GemmParams};
+use super::microbench::{
+    AttentionMeasurement, CollectiveMeasurement, GemmMeasurement, MemoryMeasurement,
+    Microbenchmarks,
+};
+use crate::cost::GpuGeneration;
+
+/// A parameter's range.
+#[derive(Clone, Copy, Debug)]
+pub struct Range {
+    pub name: &'static str,
+    pub low: f64,
+    pub high: f64,
+}
+
+const fn range(name: &'static str, low: f64, high: f64) -> Range {
+    Range { name, low, high }
+}
+
+/// Minimises `loss` over `ranges` from `start` by coordinate search with shrinking steps.
+pub fn minimize(loss: impl Fn(&[f64]) -> f64, start: &[f64], ranges: &[Range]) -> Vec<f64> {
+    let mut x: Vec<f64> = start
+        .iter()
+        .zip(ranges)
+        .map(|(v, r)| v.clamp(r.low, r.high))
+        .collect();
+    let mut best = loss(&x);
+    let mut step = 0.25;
+    while step > 1e-4 {
+        let mut improved = false;
+        for i in 0..x.len() {
+            let span = ranges[i].high - ranges[i].low;
+            for direction in [1.0, -1.0] {
+                loop {
+                    let mut trial = x.clone();
+                    trial[i] =
+                        (x[i] + direction * step * span).clamp(ranges[i].low, ranges[i].high);
+                    if trial[i] == x[i] {
+                        break;
+                    }
+                    let value = loss(&trial);
+                    if value < best {
+                        best = value;
+                        x = trial;
+                        improved = true;
+                    } else {
+                        break;
+                    }
+                }
+            }
+        }
+        if !improved {
+            step /= 2.0;
+        }
+    }
+    x
+}
+
+/// Mean over sources of the mean absolute log ratio within each source.
+fn source_weighted<T>(rows: &[&T], source: impl Fn(&T) -> &str, error: impl Fn(&T) -> f64) -> f64 {
+    let mut by_source: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for row in rows {
+        let entry = by_source.entry(source(row)).or_default();
+        entry.0 += error(row).abs();
+        entry.1 += 1;
+    }
+    if by_source.is_empty() {
+        return 0.0;
+    }
+    by_source
+        .values()
+        .map(|(sum, n)| sum / *n as f64)
+        .sum::<f64>()
+        / by_source.len() as f64
+}
+
+/// Relative error of a prediction against a measurement, signed (positive: predicted larger).
+pub fn relative_error(predicted: f64, measured: f64) -> f64 {
+    predicted / measured - 1.0
+}
+
+// --- collectives ----------------------------------------------------------------------------
+
+pub const COLLECTIVE_RANGES: [Range; 5] = [
+    range("call_latency_s", 1e-6, 60e-6),
+    range("intra_step_s", 0.2e-6, 10e-6),
+    range("inter_step_s", 1e-6, 30e-6),
+    range("intra_efficiency", 0.4, 0.95),
+    range("inter_efficiency", 0.4, 0.98),
+];
+
+fn collective_params(x: &[f64]) -> CollectiveParams {
+    CollectiveParams {
+        call_latency_s: x[0],
+        intra_step_s: x[1],
+        inter_step_s: x[2],
+        intra_efficiency: x[3],
+        inter_efficiency: x[4],
+    }
+}
+
+fn collective_values(p: &CollectiveParams) -> Vec<f64> {
+    vec![
+        p.call_latency_s,
+        p.intra_step_s,
+        p.inter_step_s,
+        p.intra_efficiency,
+        p.inter_efficiency,
+    ]
+}
+
+pub fn predict_collective(row: &CollectiveMeasurement, params: &CollectiveParams) -> f64 {
+    let group = Group {
+        ranks: row.ranks,
+        per_node: row.per_node,
+    };
+    collective_time(row.kind, row.bytes, &group, &row.links, params)
+}
+
+/// NCCL's parameters fitted on `rows`.
+pub fn fit_collectives(
+    rows: &[&CollectiveMeasurement],
+    start: &CollectiveParams,
+) -> CollectiveParams {
+    let loss = |x: &[f64]| {
+        let params = collective_params(x);
+        source_weighted(
+            rows,
+            |r| &r.source,
+            |r| (predict_collective(r, &params) / r.seconds).ln(),
+        )
+    };
+    collective_params(&minimize(
+        loss,
+        &collective_values(start),
+        &COLLECTIVE_RANGES,
+    ))
+}
+
+// --- GEMMs ----------------------------------------------------------------------------------
+
+pub const GEMM_RANGES: [Range; 4] = [
+    range("efficiency", 0.5, 1.0),
+    range("k_overhead", 0.0, 1024.0),
+    range("tile_half_area", 0.0, 65536.0),
+    range("launch_s", 0.0, 10e-6),
+];
+
+fn gemm_params(x: &[f64]) -> GemmParams {
+    GemmParams {
+        efficiency: x[0],
+        k_overhead: x[1],
+        tile_half_area: x[2],
+        launch_s: x[3],
+    }
+}
+
+fn gemm_values(p: &GemmParams) -> Vec<f64> {
+    vec![p.efficiency, p.k_overhead, p.tile_half_area, p.launch_s]
+}
+
+pub fn predict_gemm(row: &GemmMeasurement, params: &GemmParams) -> f64 {
+    gemm_time(row.m, row.n, row.k, 1.0, 2.0, &row.device, params)
+}
+
+pub fn gemm_generation(row: &GemmMeasurement) -> GpuGeneration {
+    if row.gpu.contains("sm_90") {
+        GpuGeneration::Hopper
+    } else {
+        GpuGeneration::from_name(&row.gpu)
+    }
+}
+
+pub fn fit_gemms(rows: &[&GemmMeasurement], start: &GemmParams) -> GemmParams {
+    let loss = |x: &[f64]| {
+        let params = gemm_params(x);
+        source_weighted(
+            rows,
+            |r| &r.source,
+            |r| (predict_gemm(r, &params) / r.seconds).ln(),
+        )
+    };
+    gemm_params(&minimize(loss, &gemm_values(start), &GEMM_RANGES))
+}
+
+// --- attention ------------------------------------------------------------------------------
+
+pub const ATTENTION_RANGES: [Range; 5] = [
+    range("efficiency", 0.1, 1.5),
+    range("seq_half", 0.0, 4096.0),
+    range("head_dim_half", 0.0, 256.0),
+    range("causal", 0.5, 1.0),
+    range("backward", 0.4, 1.2),
+];
+
+fn attention_params(x: &[f64]) -> AttentionParams {
+    AttentionParams {
+        efficiency: x[0],
+        seq_half: x[1],
+        head_dim_half: x[2],
+        causal: x[3],
+        backward: x[4],
+    }
+}
+
+fn attention_values(p: &AttentionParams) -> Vec<f64> {
+    vec![
+        p.efficiency,
+        p.seq_half,
+        p.head_dim_half,
+        p.causal,
+        p.backward,
+    ]
+}
+
+pub fn predict_attention(row: &AttentionMeasurement, params: &AttentionParams) -> f64 {
+    attention_tflops(
+        row.peak_flops,
+        row.seq_len,
+        row.head_dim,
+        row.causal,
+        &row.direction,
+        params,
+    ) / 1e12
+}
+
+pub fn fit_attention(rows: &[&AttentionMeasurement], start: &AttentionParams) -> AttentionParams {
+    let loss = |x: &[f64]| {
+        let params = attention_params(x);
+        source_weighted(
+            rows,
+            |r| &r.source,
+            |r| (r.tflops / predict_attention(r, &params)).ln(),
+        )
+    };
+    attention_params(&minimize(loss, &attention_values(start), &ATTENTION_RANGES))
+}
+
+/// The kernel class and generation an attention measurement belongs to, if the cost model
+/// uses that kernel.
+pub fn attention_class(row: &AttentionMeasurement) -> Option<(GpuGeneration, AttentionKernel)> {
+    let generation = GpuGeneration::from_name(&row.gpu);
+    let kernel = AttentionKernel::from_label(&row.kernel)?;
+    Some((generation, kernel))
+}
+
+// --- memory-bound passes --------------------------------------------------------------------
+
+/// The fraction of datasheet HBM bandwidth a streaming kernel reaches, fitted on `rows`: the
+/// median ratio (one number for every GPU).
+pub fn fit_stream_fraction(rows: &[&MemoryMeasurement]) -> f64 {
+    let mut ratios: Vec<f64> = rows
+        .iter()
+        .map(|r| r.bandwidth / r.datasheet_bandwidth)
+        .collect();
+    median(&mut ratios)
+}
+
+pub fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        0.5 * (values[mid - 1] + values[mid])
+    }
+}
+
+// --- scoring --------------------------------------------------------------------------------
+
+/// Errors of one primitive kind: in the fit and with each source held out.
+#[derive(Clone, Debug, Default)]
+pub struct PrimitiveScore {
+    pub kind: String,
+    pub rows: usize,
+    pub sources: usize,
+    /// Relative errors of every row under the full fit.
+    pub in_fit: Vec<f64>,
+    /// Relative errors of every row under the fit without its source.
+    pub held_out: Vec<f64>,
+}
+
+impl PrimitiveScore {
+    pub fn median_abs(errors: &[f64]) -> f64 {
+        median(&mut errors.iter().map(|e| e.abs()).collect::<Vec<_>>())
+    }
+}
+
+/// The fitted primitives.
+#[derive(Clone, Debug)]
+pub struct FittedPrimitives {
+    pub collectives: CollectiveParams,
+    pub gemms: BTreeMap<&'static str, GemmParams>,
+    pub attention: BTreeMap<String, AttentionParams>,
+    pub stream_fraction: f64,
+}
+
+fn generation_label(generation: GpuGeneration) -> &'static str {
+    match generation {
+        GpuGeneration::Volta => "volta",
+        GpuGeneration::Ampere => "ampere",
+        GpuGeneration::Ada => "ada",
+        GpuGeneration::Hopper => "hopper",
+        GpuGeneration::Other => "other",
+    }
+}
+
+fn sources<'a, T>(rows: &[&'a T], source: impl Fn(&'a T) -> &'a str) -> Vec<&'a str> {
+    let mut all: Vec<&str> = rows.iter().map(|r| source(r)).collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// Fits every primitive on all of `data` and scores each kind with its sources held out.
+pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<PrimitiveScore>) {
+    let mut scores = Vec::new();
+
+    // Collectives: one parameter set for every kind, fitted on systems running as expected,
+    // scored per kind; systems reported degraded are scored apart under the full fit.
+    let all: Vec<&CollectiveMeasurement> = data.collectives.iter().collect();
+    let rows: Vec<&CollectiveMeasurement> = all
+        .iter()
+        .copied()
+        .filter(|r| !r.reported_degraded)
+        .collect();
+    let start = CollectiveParams::default();
+    let full = fit_collectives(&rows, &start);
+    let mut by_kind: BTreeMap<&'static str, PrimitiveScore> = BTreeMap::new();
+    for source in sources(&rows, |r| &r.source) {
+        let kept: Vec<_> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.source != source)
+            .collect();
+        let without = fit_collectives(&kept, &start);
+        for row in rows.iter().filter(|r| r.source == source) {
+            let score = by_kind.entry(row.kind.name()).or_default();
+            score.held_out.push(relative_error(
+                predict_collective(row, &without),
+                row.seconds,
+            ));
+        }
+    }
+    for (kind, mut score) in by_kind {
+        let kind_rows: Vec<&CollectiveMeasurement> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.kind.name() == kind)
+            .collect();
+        score.kind = format!("collective: {kind}");
+        score.rows = kind_rows.len();
+        score.sources = sources(&kind_rows, |r| &r.source).len();
+        score.in_fit = kind_rows
+            .iter()
+            .map(|r| relative_error(predict_collective(r, &full), r.seconds))
+            .collect();
+        scores.push(score);
+    }
+    let degraded: Vec<&CollectiveMeasurement> = all
+        .iter()
+        .copied()
+        .filter(|r| r.reported_degraded)
+        .collect();
+    if !degraded.is_empty() {
+        let errors: Vec<f64> = degraded
+            .iter()
+            .map(|r| relative_error(predict_collective(r, &full), r.seconds))
+            .collect();
+        scores.push(PrimitiveScore {
+            kind: "collective: systems reported degraded (never fitted)".to_string(),
+            rows: degraded.len(),
+            sources: sources(&degraded, |r| &r.source).len(),
+            in_fit: Vec::new(),
+            held_out: errors,
+        });
+    }
+
+    // GEMMs: one parameter set per GPU generation.
+    let mut gemms = BTreeMap::new();
+    for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
+        let rows: Vec<&GemmMeasurement> = data
+            .gemms
+            .iter()
+            .filter(|r| gemm_generation(r) == generation)
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let start = GemmParams::for_generation(generation);
+        let fitted = fit_gemms(&rows, &start);
+        let mut score = PrimitiveScore {
+            kind: format!("GEMM: {}", generation_label(generation)),
+            rows: rows.len(),
+            sources: sources(&rows, |r| &r.source).len(),
+            ..Default::default()
+        };
+        score.in_fit = rows
+            .iter()
+            .map(|r| relative_error(predict_gemm(r, &fitted), r.seconds))
+            .collect();
+        for source in sources(&rows, |r| &r.source) {
+            let kept: Vec<_> = rows
+                .iter()
+                .copied()
+                .filter(|r| r.source != source)
+                .collect();
+            let without = fit_gemms(&kept, &start);
+            for row in rows.iter().filter(|r| r.source == source) {
+                score
+                    .held_out
+                    .push(relative_error(predict_gemm(row, &without), row.seconds));
+            }
+        }
+        gemms.insert(generation_label(generation), fitted);
+        scores.push(score);
+    }
+
+    // Attention: one parameter set per (generation, kernel class).
+    let mut attention = BTreeMap::new();
+    let mut classes: BTreeMap<String, Vec<&AttentionMeasurement>> = BTreeMap::new();
+    for row in &data.attention {
+        if let Some((generation, kernel)) = attention_class(row) {
+            classes
+                .entry(format!(
+                    "{}.{}",
+                    generation_label(generation),
+                    kernel.label()
+                ))
+                .or_default()
+                .push(row);
+        }
+    }
+    let mut attention_score = PrimitiveScore {
+        kind: "attention (fused kernels)".to_string(),
+        ..Default::default()
+    };
+    for (class, rows) in &classes {
+        let start = AttentionParams::default();
+        let fitted = fit_attention(rows, &start);
+        attention_score.rows += rows.len();
+        attention_score.sources += sources(rows, |r| &r.source).len();
+        attention_score.in_fit.extend(
+            rows.iter()
+                .map(|r| relative_error(predict_attention(r, &fitted), r.tflops).recip_rate()),
+        );
+        for source in sources(rows, |r| &r.source) {
+            let kept: Vec<_> = rows
+                .iter()
+                .copied()
+                .filter(|r| r.source != source)
+                .collect();
+            let without = if kept.is_empty() {
+                start
+            } else {
+                fit_attention(&kept, &start)
+            };
+            for row in rows.iter().filter(|r| r.source == source) {
+                attention_score.held_out.push(
+                    relative_error(predict_attention(row, &without), row.tflops).recip_rate(),
+                );
+            }
+        }
+        attention.insert(class.clone(), fitted);
+    }
+    scores.push(attention_score);
+
+    // Memory-bound passes: one fraction of datasheet bandwidth.
+    let rows: Vec<&MemoryMeasurement> = data.memory.iter().collect();
+    let stream_fraction = fit_stream_fraction(&rows);
+    let mut score = PrimitiveScore {
+        kind: "memory-bound pass (HBM)".to_string(),
+        rows: rows.len(),
+        sources: sources(&rows, |r| &r.source).len(),
+        ..Default::default()
+    };
+    let time_error = |fraction: f64, r: &MemoryMeasurement| {
+        relative_error(r.bandwidth, fraction * r.datasheet_bandwidth)
+    };
+    score.in_fit = rows
+        .iter()
+        .map(|r| time_error(stream_fraction, r))
+        .collect();
+    for source in sources(&rows, |r| &r.source) {
+        let kept: Vec<_> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.source != source)
+            .collect();
+        let without = fit_stream_fraction(&kept);
+        for row in rows.iter().filter(|r| r.source == source) {
+            score.held_out.push(time_error(without, row));
+        }
+    }
+    scores.push(score);
+
+    (
+        FittedPrimitives {
+            collectives: full,
+            gemms,
+            attention,
+            stream_fraction,
+        },
+        scores,
+    )
+}
+
+/// Turns a relative error of a rate into the relative error of the time it implies.
+trait RateToTime {
+    fn recip_rate(self) -> f64;
+}
+
+impl RateToTime for f64 {
+    fn recip_rate(self) -> f64 {
+        1.0 / (1.0 + self) - 1.0
+    }
+}

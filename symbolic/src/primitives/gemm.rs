@@ -1,0 +1,156 @@
+//! A GEMM of a given shape on a given GPU: tile and wave quantization on the GPU's SMs, the
+//! prologue and epilogue each tile pays beside its main loop, and the memory floor.
+//!
+//! cuBLAS covers the `m × n` output with tiles, one per SM at a time: a GEMM needs
+//! `⌈m/tm⌉·⌈n/tn⌉` tiles, run in `⌈tiles/SMs⌉` waves, and the last wave leaves SMs idle (wave
+//! quantization); a dimension that is not a multiple of the tile pads it. A tile's main loop
+//! walks `k` and its prologue and epilogue cost about `k_overhead` more steps of it, so short
+//! `k` runs below peak. cuBLAS chooses among tile shapes; smaller tiles reuse operands less
+//! (`tile_half_area`: a tile of that area reaches half the rate of an unbounded one), so for
+//! small outputs it trades throughput per tile for filled SMs. Nothing beats the time to read
+//! the operands and write the result from HBM, and every kernel pays a fixed `launch_s`.
+
+use super::scalar::{c, Scalar};
+use crate::cost::GpuGeneration;
+
+/// A GPU generation's GEMM behaviour, fitted on published GEMM measurements
+/// (`fit::fit_gemms`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmParams {
+    /// Fraction of dense peak the largest tile reaches in its main loop.
+    pub efficiency: f64,
+    /// Main-loop steps a tile's prologue and epilogue cost, in units of `k`.
+    pub k_overhead: f64,
+    /// Output area (elements) at which a tile runs at half the rate of an unbounded one.
+    pub tile_half_area: f64,
+    /// Fixed GPU time of one kernel, seconds.
+    pub launch_s: f64,
+}
+
+impl GemmParams {
+    /// The committed fit for a GPU generation (`fit::fit_gemms`); generations without GEMM
+    /// measurements take Ampere's.
+    pub fn for_generation(generation: GpuGeneration) -> GemmParams {
+        match generation {
+            GpuGeneration::Hopper => GemmParams {
+                efficiency: 0.8525,
+                k_overhead: 173.6,
+                tile_half_area: 2912.0,
+                launch_s: 5.31e-6,
+            },
+            _ => GemmParams {
+                efficiency: 0.8324,
+                k_overhead: 37.4,
+                tile_half_area: 4904.0,
+                launch_s: 8.32e-6,
+            },
+        }
+    }
+}
+
+/// The tile shapes cuBLAS chooses among (rows × columns of the output), largest first.
+pub const TILES: [(f64, f64); 4] = [(256.0, 128.0), (128.0, 256.0), (128.0, 128.0), (64.0, 64.0)];
+
+/// The GPU a GEMM runs on: its dense peak at the GEMM's precision, HBM bandwidth reached by a
+/// streaming kernel, and SM count.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmDevice {
+    pub peak_flops: f64,
+    pub memory_bandwidth: f64,
+    pub sms: f64,
+}
+
+/// Seconds of `batch` GEMMs of `m × k` by `k × n` with `bytes_per_element` operands.
+pub fn gemm_time<S: Scalar>(
+    m: S,
+    n: S,
+    k: S,
+    batch: S,
+    bytes_per_element: f64,
+    device: &GemmDevice,
+    params: &GemmParams,
+) -> S {
+    let largest = TILES[0].0 * TILES[0].1;
+    let tile_rate = |area: f64| {
+        let relative =
+            (area / (area + params.tile_half_area)) / (largest / (largest + params.tile_half_area));
+        device.peak_flops * params.efficiency * relative / device.sms
+    };
+    let loop_steps = k.clone() + c(params.k_overhead);
+    let compute = TILES
+        .iter()
+        .map(|&(tm, tn)| {
+            let tiles =
+                (m.clone() / c(tm)).ceil_of() * (n.clone() / c(tn)).ceil_of() * batch.clone();
+            let waves = (tiles / c(device.sms)).ceil_of();
+            waves * loop_steps.clone() * c(2.0 * tm * tn / tile_rate(tm * tn))
+        })
+        .reduce(|a, b| a.min_of(b))
+        .unwrap_or_else(|| c(0.0));
+    let bytes = (m.clone() * k.clone() + k * n.clone() + m * n) * batch * c(bytes_per_element);
+    let memory = bytes / c(device.memory_bandwidth);
+    c::<S>(params.launch_s) + compute.max_of(memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Expr;
+
+    const DEVICE: GemmDevice = GemmDevice {
+        peak_flops: 312e12,
+        memory_bandwidth: 1.8e12,
+        sms: 108.0,
+    };
+    const PARAMS: GemmParams = GemmParams {
+        efficiency: 0.9,
+        k_overhead: 0.0,
+        tile_half_area: 0.0,
+        launch_s: 0.0,
+    };
+
+    fn tflops(m: f64, n: f64, k: f64) -> f64 {
+        2.0 * m * n * k / gemm_time(m, n, k, 1.0, 2.0, &DEVICE, &PARAMS) / 1e12
+    }
+
+    #[test]
+    fn full_waves_reach_the_fitted_fraction() {
+        // 108 SMs × 2 waves of 256 × 128 tiles = 216 tiles = 18 × 12.
+        let rate = tflops(18.0 * 256.0, 12.0 * 128.0, 8192.0);
+        assert!((rate - 0.9 * 312.0).abs() < 1e-6, "{rate}");
+    }
+
+    #[test]
+    fn one_row_more_than_full_waves_costs_a_partial_wave() {
+        // With Ampere's fitted tiles, the extra row spills into smaller tiles or a third wave.
+        let params = GemmParams::for_generation(GpuGeneration::Ampere);
+        let time = |m: f64| gemm_time(m, 12.0 * 128.0, 4096.0, 1.0, 2.0, &DEVICE, &params);
+        let (full, over) = (time(18.0 * 256.0), time(18.0 * 256.0 + 1.0));
+        assert!(over > 1.1 * full, "{over} vs {full}");
+    }
+
+    #[test]
+    fn skinny_gemms_hit_the_memory_floor() {
+        let t = gemm_time(16.0, 8192.0, 8192.0, 1.0, 2.0, &DEVICE, &PARAMS);
+        let floor = 2.0 * (16.0 * 8192.0 * 2.0 + 8192.0 * 8192.0) / 1.8e12;
+        assert!(t >= floor * 0.999, "{t} vs {floor}");
+    }
+
+    #[test]
+    fn expression_matches_numbers() {
+        let m = Expr::symbol("m");
+        let e = gemm_time(
+            m,
+            Expr::from(1536.0),
+            Expr::from(12288.0),
+            Expr::from(1.0),
+            2.0,
+            &DEVICE,
+            &PARAMS,
+        );
+        for rows in [128.0, 2048.0, 4097.0] {
+            let numeric = gemm_time(rows, 1536.0, 12288.0, 1.0, 2.0, &DEVICE, &PARAMS);
+            assert!((e.eval(&|_| rows) - numeric).abs() <= 1e-12 * numeric);
+        }
+    }
+}

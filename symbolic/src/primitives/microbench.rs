@@ -1,0 +1,326 @@
+//! Published microbenchmarks, read into typed measurements: `shared/data/microbench/` (the
+//! gathered set) and the project's own `data/microbench/` (gathered for the primitives; each
+//! row cited in its `source` column, each source described in that folder's README).
+//!
+//! Each measurement keeps its source, so that every primitive can be scored on the sources
+//! its fit never saw. Rows the primitives cannot use are left out here, with the reason in
+//! the code: sizes printed only as labels, DeepEP's own bandwidth metric, Triton kernels (a
+//! GEMM primitive describes cuBLAS), FP8 GEMMs, Blackwell GEMMs (no generation of the cost
+//! model yet).
+
+use std::path::{Path, PathBuf};
+
+use super::collective::{Collective, Links};
+use super::gemm::GemmDevice;
+use crate::validation::parse_csv;
+
+/// One nccl-tests style measurement.
+#[derive(Clone, Debug)]
+pub struct CollectiveMeasurement {
+    pub source: String,
+    pub system: String,
+    pub kind: Collective,
+    pub ranks: f64,
+    pub per_node: f64,
+    pub bytes: f64,
+    pub links: Links,
+    pub seconds: f64,
+    /// Posted as a performance problem (a GitHub issue reporting a system below its
+    /// expected rate): scored, never fitted.
+    pub reported_degraded: bool,
+}
+
+/// Sources that are bug reports about a system running below its expected rate (the shared
+/// data's README: "use them as data points for that system, not as expectations").
+const DEGRADED_REPORTS: [&str; 3] = [
+    "NVIDIA/nccl issue #1161",
+    "NVIDIA/nccl issue #1244",
+    "NVIDIA/nccl-tests issue #232",
+];
+
+/// One GEMM measurement (fp16/bf16, cuBLAS or XLA).
+#[derive(Clone, Debug)]
+pub struct GemmMeasurement {
+    pub source: String,
+    pub gpu: String,
+    pub m: f64,
+    pub n: f64,
+    pub k: f64,
+    pub device: GemmDevice,
+    pub seconds: f64,
+}
+
+/// One fused-attention measurement.
+#[derive(Clone, Debug)]
+pub struct AttentionMeasurement {
+    /// The published figure or table it was read from.
+    pub source: String,
+    pub gpu: String,
+    pub kernel: String,
+    pub seq_len: f64,
+    pub head_dim: f64,
+    pub causal: bool,
+    /// `fwd`, `bwd` or `fwd_bwd`.
+    pub direction: String,
+    pub peak_flops: f64,
+    pub tflops: f64,
+}
+
+/// One STREAM-style device-memory measurement.
+#[derive(Clone, Debug)]
+pub struct MemoryMeasurement {
+    pub source: String,
+    pub gpu: String,
+    pub datasheet_bandwidth: f64,
+    pub bandwidth: f64,
+}
+
+/// Everything read.
+#[derive(Clone, Debug, Default)]
+pub struct Microbenchmarks {
+    pub collectives: Vec<CollectiveMeasurement>,
+    pub gemms: Vec<GemmMeasurement>,
+    pub attention: Vec<AttentionMeasurement>,
+    pub memory: Vec<MemoryMeasurement>,
+}
+
+/// The two folders: shared (beside the published runs) and the project's own.
+pub fn default_microbench_dirs() -> Vec<PathBuf> {
+    let shared = crate::validation::default_data_path()
+        .parent()
+        .map(|dir| dir.join("microbench"))
+        .unwrap_or_default();
+    let own = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("data")
+        .join("microbench");
+    vec![shared, own]
+}
+
+/// Reads every `collectives.csv`, `gemm.csv`, `attention.csv` and `memory.csv` in `dirs`.
+pub fn load_microbenchmarks(dirs: &[PathBuf]) -> Result<Microbenchmarks, String> {
+    let mut all = Microbenchmarks::default();
+    for dir in dirs {
+        let read = |name: &str| -> Result<Vec<Row>, String> {
+            let path = dir.join(name);
+            if !path.exists() {
+                return Ok(Vec::new());
+            }
+            let text = std::fs::read_to_string(&path)
+                .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
+            Ok(rows(&text))
+        };
+        all.collectives
+            .extend(read("collectives.csv")?.iter().filter_map(collective));
+        all.gemms.extend(read("gemm.csv")?.iter().filter_map(gemm));
+        all.attention
+            .extend(read("attention.csv")?.iter().filter_map(attention));
+        all.memory
+            .extend(read("memory.csv")?.iter().filter_map(memory));
+    }
+    if all.collectives.is_empty() || all.gemms.is_empty() {
+        return Err(format!(
+            "no microbenchmarks found in {}",
+            dirs.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(all)
+}
+
+struct Row {
+    header: std::rc::Rc<Vec<String>>,
+    values: Vec<String>,
+}
+
+impl Row {
+    fn get(&self, column: &str) -> &str {
+        self.header
+            .iter()
+            .position(|h| h == column)
+            .and_then(|i| self.values.get(i))
+            .map(|s| s.trim())
+            .unwrap_or("")
+    }
+
+    fn number(&self, column: &str) -> Option<f64> {
+        self.get(column)
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())
+    }
+}
+
+fn rows(text: &str) -> Vec<Row> {
+    let mut records = parse_csv(text).into_iter();
+    let Some(header) = records.next() else {
+        return Vec::new();
+    };
+    let header = std::rc::Rc::new(header);
+    records
+        .filter(|r| r.len() > 1)
+        .map(|values| Row {
+            header: header.clone(),
+            values,
+        })
+        .collect()
+}
+
+const GB: f64 = 1e9;
+
+/// Per-GPU links of the systems in the collective data (bytes/s per direction). NVLink rates
+/// per GPU and direction: A100 (NVLink 3) 300 GB/s, H100/H200/H20 (NVLink 4) 450 GB/s, B200
+/// (NVLink 5) 900 GB/s, H100 PCIe bridge pair 300 GB/s (NVIDIA datasheets); a 4-GPU HGX H100
+/// pairs GPUs with 6 links, 150 GB/s. NICs per GPU as each source states its fabric.
+fn links_of(system: &str) -> Option<Links> {
+    let has = |needle: &str| system.contains(needle);
+    let (intra, inter) = if has("p6-b200") {
+        (900.0, 50.0) // 8 x EFA v4, 400 Gb/s each
+    } else if has("H20") {
+        (450.0, 50.0) // 16 CX7 NDR NICs for 16 GPUs
+    } else if has("H100 PCIe with NVLink bridge") {
+        (300.0, 0.0)
+    } else if has("2 nodes x 1 H100") {
+        (450.0, 200.0) // four 400 Gb/s NICs for one GPU
+    } else if has("Kestrel") {
+        (150.0, 12.5) // 2 Slingshot 200 Gb/s NICs per 4-GPU node
+    } else if has("2 GCP VMs x 8 H100") || has("A3 Mega") {
+        (450.0, 1800.0 / 8.0 / 8.0) // GPUDirect-TCPXO, 1,800 Gb/s per VM
+    } else if has("A3 High") {
+        (450.0, 1000.0 / 8.0 / 8.0) // GPUDirect-TCPX, 1,000 Gb/s per VM
+    } else if has("8 A100 NVLink") || has("OCI BM.GPU4.8") {
+        (300.0, 25.0) // OCI: 16 x 100 Gb/s RoCE ports per node
+    } else if has("4 H100") || has("sm_90") {
+        (450.0, 0.0)
+    } else {
+        return None;
+    };
+    // Single-node systems never use the NIC; its rate is the NVLink's so that no 0 divides.
+    let inter = if inter > 0.0 { inter } else { intra };
+    Some(Links {
+        intra_bandwidth: intra * GB,
+        inter_bandwidth: inter * GB,
+    })
+}
+
+fn collective(row: &Row) -> Option<CollectiveMeasurement> {
+    if row.get("library").contains("DeepEP") {
+        return None; // DeepEP's dispatch/combine bandwidth is not an nccl-tests figure
+    }
+    let kind = Collective::from_name(row.get("collective"))?;
+    let system = row.get("system").to_string();
+    let links = links_of(&system)?;
+    let ranks = row.number("ranks")?;
+    let nodes = row.number("nodes").unwrap_or(1.0);
+    let bytes = row.number("message_bytes")?;
+    let seconds = match row.number("time_us") {
+        Some(us) if us > 0.0 => us * 1e-6,
+        _ => {
+            let algbw = row
+                .number("algbw_gbps")
+                .or_else(|| row.number("busbw_gbps").map(|b| b / kind.bus_factor(ranks)))?;
+            if algbw <= 0.0 {
+                return None;
+            }
+            bytes / (algbw * GB)
+        }
+    };
+    let source = row.get("source").to_string();
+    Some(CollectiveMeasurement {
+        reported_degraded: DEGRADED_REPORTS.iter().any(|r| source.starts_with(r)),
+        source,
+        system,
+        kind,
+        ranks,
+        per_node: ranks / nodes,
+        bytes,
+        links,
+        seconds,
+    })
+}
+
+/// Dense fp16/bf16 peak, datasheet HBM bandwidth and SM count of the GPUs in the data
+/// (NVIDIA datasheets and architecture whitepapers: A100 108 SMs, H100 SXM/H800/H200 132,
+/// H100 PCIe 114). `sm_90` rows (XLA's table names no SKU) are taken as H100 SXM.
+pub fn device_of(gpu: &str) -> Option<GemmDevice> {
+    let upper = gpu.to_ascii_uppercase();
+    let has = |needle: &str| upper.contains(needle);
+    let (peak, hbm, sms) = if has("A100") && (has("40GB") || has("40G")) {
+        (312.0, 1555.0, 108.0)
+    } else if has("A100") {
+        (312.0, 2039.0, 108.0)
+    } else if has("H100") && has("PCIE") {
+        (756.0, 2000.0, 114.0)
+    } else if has("H200") {
+        (989.0, 4800.0, 132.0)
+    } else if has("H100") || has("H800") || has("SM_90") {
+        (989.0, 3350.0, 132.0)
+    } else {
+        return None;
+    };
+    Some(GemmDevice {
+        peak_flops: peak * 1e12,
+        memory_bandwidth: hbm * GB,
+        sms,
+    })
+}
+
+fn gemm(row: &Row) -> Option<GemmMeasurement> {
+    let dtype = row.get("dtype");
+    if dtype != "fp16" && dtype != "bf16" {
+        return None;
+    }
+    let library = row.get("library");
+    if !(library.contains("cuBLAS") || library.contains("XLA")) {
+        return None;
+    }
+    let gpu = row.get("gpu").to_string();
+    let device = device_of(&gpu)?;
+    let (m, n, k) = (row.number("m")?, row.number("n")?, row.number("k")?);
+    let tflops = row.number("tflops")?;
+    Some(GemmMeasurement {
+        source: row.get("source").to_string(),
+        gpu,
+        m,
+        n,
+        k,
+        device,
+        seconds: 2.0 * m * n * k / (tflops * 1e12),
+    })
+}
+
+fn attention(row: &Row) -> Option<AttentionMeasurement> {
+    let gpu = row.get("gpu").to_string();
+    let device = device_of(&gpu)?;
+    let direction = row.get("direction").to_string();
+    if direction.is_empty() {
+        return None; // Azure's rows do not say what they timed
+    }
+    Some(AttentionMeasurement {
+        source: format!("{} {}", row.get("source"), row.get("table")),
+        gpu,
+        kernel: row.get("kernel").to_string(),
+        seq_len: row.number("seq_len")?,
+        head_dim: row.number("head_dim")?,
+        causal: row.get("causal") == "yes",
+        direction,
+        peak_flops: device.peak_flops,
+        tflops: row.number("tflops")?,
+    })
+}
+
+fn memory(row: &Row) -> Option<MemoryMeasurement> {
+    if !row.get("test").starts_with("hbm_") {
+        return None;
+    }
+    let gpu = row.get("gpu").to_string();
+    let device = device_of(&gpu)?;
+    Some(MemoryMeasurement {
+        source: row.get("source").to_string(),
+        gpu,
+        datasheet_bandwidth: device.memory_bandwidth,
+        bandwidth: row.number("gbps")? * GB,
+    })
+}

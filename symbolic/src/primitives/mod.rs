@@ -1,0 +1,25 @@
+//! Primitive costs: a GEMM of a given shape on a given GPU, a fused attention kernel, an NCCL
+//! collective of a given size over a given group, a memory-bound pass. Each is one cost
+//! function written over [`Scalar`], so the same code is fitted to published
+//! microbenchmarks (`f64`, [`fit`]) and built into the cost model's expressions (`Expr`).
+//! The microbenchmarks and how each primitive reproduces them, held out by source, are in
+//! `docs/VALIDATION.md`; `cargo run --release -p tessel-symbolic --example fit_primitives`
+//! refits and prints the table.
+
+mod attention;
+mod collective;
+pub mod fit;
+mod gemm;
+mod memory_pass;
+mod microbench;
+mod scalar;
+
+pub use attention::{attention_forward_rate, attention_tflops, AttentionKernel, AttentionParams};
+pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
+pub use gemm::{gemm_time, GemmDevice, GemmParams, TILES};
+pub use memory_pass::{memory_pass_time, HBM_STREAM_FRACTION};
+pub use microbench::{
+    default_microbench_dirs, device_of, load_microbenchmarks, AttentionMeasurement,
+    CollectiveMeasurement, GemmMeasurement, MemoryMeasurement, Microbenchmarks,
+};
+pub use scalar::{c, ceil_log2, exceeds, Scalar};

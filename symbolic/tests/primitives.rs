@@ -1,0 +1,90 @@
+//! The primitives against their microbenchmarks: the committed parameters are what the fit
+//! finds (so the constants in the code cannot drift from the data), and each primitive kind's
+//! error with its sources held out stays where `docs/VALIDATION.md` reports it.
+
+use tessel_symbolic::cost::GpuGeneration;
+use tessel_symbolic::primitives::fit::{fit_and_score, PrimitiveScore};
+use tessel_symbolic::primitives::{
+    default_microbench_dirs, load_microbenchmarks, AttentionKernel, AttentionParams,
+    CollectiveParams, GemmParams, HBM_STREAM_FRACTION,
+};
+
+fn close(fitted: f64, committed: f64, what: &str) {
+    let scale = committed.abs().max(1e-9);
+    assert!(
+        ((fitted - committed) / scale).abs() < 0.02,
+        "{what}: the fit gives {fitted}, the code commits {committed}; update the constant"
+    );
+}
+
+#[test]
+fn committed_primitives_are_the_fit_and_hold_out_of_it() {
+    let data = match load_microbenchmarks(&default_microbench_dirs()) {
+        Ok(data) => data,
+        Err(err) => {
+            eprintln!("skipped: {err}");
+            return;
+        }
+    };
+    let (fitted, scores) = fit_and_score(&data);
+
+    let c = fitted.collectives;
+    let k = CollectiveParams::default();
+    close(c.call_latency_s, k.call_latency_s, "call latency");
+    close(c.intra_step_s, k.intra_step_s, "intra step");
+    close(c.inter_step_s, k.inter_step_s, "inter step");
+    close(c.intra_efficiency, k.intra_efficiency, "intra efficiency");
+    close(c.inter_efficiency, k.inter_efficiency, "inter efficiency");
+    for (label, generation) in [
+        ("ampere", GpuGeneration::Ampere),
+        ("hopper", GpuGeneration::Hopper),
+    ] {
+        let f = fitted.gemms[label];
+        let k = GemmParams::for_generation(generation);
+        close(f.efficiency, k.efficiency, "GEMM efficiency");
+        close(f.tile_half_area, k.tile_half_area, "GEMM tile half area");
+    }
+    for (label, generation, kernel) in [
+        (
+            "ampere.flash_attention_2",
+            GpuGeneration::Ampere,
+            AttentionKernel::FlashAttention2,
+        ),
+        (
+            "hopper.flash_attention_2",
+            GpuGeneration::Hopper,
+            AttentionKernel::FlashAttention2,
+        ),
+        (
+            "hopper.cudnn",
+            GpuGeneration::Hopper,
+            AttentionKernel::Cudnn,
+        ),
+    ] {
+        let f: AttentionParams = fitted.attention[label];
+        let k = AttentionParams::for_kernel(generation, kernel);
+        close(f.efficiency, k.efficiency, label);
+        close(f.causal, k.causal, label);
+    }
+    close(
+        fitted.stream_fraction,
+        HBM_STREAM_FRACTION,
+        "HBM stream fraction",
+    );
+
+    // Held-out medians as reported (docs/VALIDATION.md), with a little room: a change that
+    // makes a primitive transfer worse fails here.
+    for score in &scores {
+        let median = PrimitiveScore::median_abs(&score.held_out);
+        let bound = if score.kind.starts_with("GEMM") {
+            0.25
+        } else if score.kind.starts_with("attention") {
+            0.15
+        } else if score.kind.starts_with("memory") {
+            0.10
+        } else {
+            0.75
+        };
+        assert!(median <= bound, "{}: held-out median {median}", score.kind);
+    }
+}
