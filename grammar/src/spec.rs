@@ -281,9 +281,71 @@ pub struct TrainSpec {
     /// norms' outputs, the MLP's activated product) instead of keeping them.
     #[serde(default, skip_serializing_if = "is_false")]
     pub compile: bool,
+    /// Which communication runs behind compute, as written; each field left out takes the
+    /// framework's default (see [`TrainSpec::overlap`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<OverlapSpec>,
+}
+
+/// `train.overlap` as written: `None` fields take the framework's default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlapSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_reduce: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param_gather: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tp_comm: Option<bool>,
+}
+
+/// What communication a step overlaps with compute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overlap {
+    /// Data-parallel gradient reduction runs bucket by bucket during the backward pass
+    /// (Megatron-LM's `--overlap-grad-reduce`, DeepSpeed's `overlap_comm`, FSDP's
+    /// reduce-scatter after each unit's backward).
+    pub grad_reduce: bool,
+    /// Parameter all-gathers run ahead of the layers that need them: the distributed
+    /// optimizer's gather of updated weights behind the next step's forward
+    /// (`--overlap-param-gather`), ZeRO-3's and FSDP's prefetch of the next layer.
+    pub param_gather: bool,
+    /// Tensor-parallel collectives split and pipelined with the GEMMs beside them
+    /// (Transformer Engine's `--tp-comm-overlap`).
+    pub tp_comm: bool,
+}
+
+impl Framework {
+    /// What the software overlaps unless told otherwise. Megatron-Core's published recipes
+    /// (NeMo's, Megatron-LM's) turn on `--overlap-grad-reduce` and `--overlap-param-gather`
+    /// but not `--tp-comm-overlap`. DeepSpeed's `overlap_comm` is off by default, except under
+    /// ZeRO-3, whose configuration turns it on; its ZeRO-3 parameter fetches are issued from
+    /// module hooks as each module runs, and measured ZeRO-3 step times (Narayanan et al.
+    /// 2021, Table 2: flat from 768 to 1,536 GPUs at a fixed batch) are those of gathers that
+    /// do not hide behind compute, so prefetch is off unless the spec turns it on. FSDP
+    /// reduce-scatters each unit's gradients during backward and prefetches the next unit.
+    pub fn default_overlap(self, zero3: bool) -> Overlap {
+        let deepspeed = self == Framework::Deepspeed;
+        Overlap {
+            grad_reduce: !deepspeed || zero3,
+            param_gather: !(deepspeed && zero3),
+            tp_comm: false,
+        }
+    }
 }
 
 impl TrainSpec {
+    /// The overlap in effect under ZeRO-3 (`zero3`) or below: what the spec writes, the
+    /// framework's default for the rest.
+    pub fn overlap(&self, zero3: bool) -> Overlap {
+        let default = self.framework.default_overlap(zero3);
+        let written = self.overlap.unwrap_or_default();
+        Overlap {
+            grad_reduce: written.grad_reduce.unwrap_or(default.grad_reduce),
+            param_gather: written.param_gather.unwrap_or(default.param_gather),
+            tp_comm: written.tp_comm.unwrap_or(default.tp_comm),
+        }
+    }
+
     /// The FP8 scaling in effect: as written, else the framework's FP8 library's default,
     /// Transformer Engine's delayed scaling for Megatron-LM and DeepSpeed, torchao's
     /// tensor-wise dynamic scaling for the PyTorch-native stacks.

@@ -457,6 +457,31 @@ fn train_checks() {
 }
 
 #[test]
+fn overlap_defaults_by_framework_and_as_written() {
+    let with = |extra: &str| {
+        spec(&format!(
+            "{MODEL}{CLUSTER}train {{ model = tiny, cluster = box, seq_len = 2048, global_batch = 64{extra} }}"
+        ))
+        .train
+    };
+    let megatron = with("");
+    assert!(megatron.overlap(false).grad_reduce && megatron.overlap(false).param_gather);
+    assert!(!megatron.overlap(false).tp_comm);
+    let deepspeed = with(", framework = deepspeed");
+    assert!(!deepspeed.overlap(false).grad_reduce && deepspeed.overlap(true).grad_reduce);
+    assert!(deepspeed.overlap(false).param_gather && !deepspeed.overlap(true).param_gather);
+    let written = with(", overlap = { grad_reduce = false, tp_comm = true }");
+    let overlap = written.overlap(false);
+    assert!(!overlap.grad_reduce && overlap.param_gather && overlap.tp_comm);
+    assert_error(
+        &format!(
+            "{MODEL}{CLUSTER}train {{ model = tiny, cluster = box, seq_len = 2048, global_batch = 64, overlap = {{ grad_reduc = true }} }}"
+        ),
+        "unknown field `grad_reduc` in `overlap`",
+    );
+}
+
+#[test]
 fn all_errors_of_a_file_are_reported() {
     let text = "model a {\n  layers = = 1\n}\nmodel b { layers = 0 }\ncluster c { gpu = A10 }\n";
     let found = errors(text);

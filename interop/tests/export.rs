@@ -95,6 +95,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         fp8_scaling: None,
         fused_cross_entropy: None,
         compile: false,
+        overlap: None,
     }
 }
 

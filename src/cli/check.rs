@@ -106,6 +106,18 @@ fn job(out: &mut String, spec: &Spec) {
     if train.precision == tessel_grammar::Precision::Fp8 {
         let _ = writeln!(out, "  {:<16}{}", "fp8 scaling", train.fp8_scaling().name());
     }
+    if train.overlap.is_some() {
+        let on = |flag: bool| if flag { "on" } else { "off" };
+        let overlap = train.overlap(false);
+        let _ = writeln!(
+            out,
+            "  {:<16}gradient reduction {}, parameter gather {}, tp collectives {}",
+            "overlap",
+            on(overlap.grad_reduce),
+            on(overlap.param_gather),
+            on(overlap.tp_comm)
+        );
+    }
     if train.compile {
         let _ = writeln!(out, "  {:<16}torch.compile of each block", "compile");
     }

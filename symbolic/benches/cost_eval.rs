@@ -74,6 +74,7 @@ fn spec() -> Spec {
             fp8_scaling: None,
             fused_cross_entropy: None,
             compile: false,
+            overlap: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

@@ -65,15 +65,15 @@ fn per_source_errors_stay_within_achieved_bounds() {
         return;
     };
     let throughput_bounds = [
-        (Source::Korthikanti, 0.03, 0.05),
-        (Source::MegatronReadme, 0.05, 0.08),
-        (Source::Nemo, 0.05, 0.13),
-        (Source::Bloom, 0.10, 0.24),
-        (Source::MptHopper, 0.06, 0.26),
-        (Source::MptAmpere, 0.09, 0.49),
-        (Source::Torchtitan, 0.08, 0.25),
-        (Source::Mist, 0.04, 0.05),
-        (Source::MtNlg, 0.03, 0.05),
+        (Source::Korthikanti, 0.03, 0.04),
+        (Source::MegatronReadme, 0.05, 0.09),
+        (Source::Nemo, 0.07, 0.23),
+        (Source::Bloom, 0.10, 0.27),
+        (Source::MptHopper, 0.07, 0.23),
+        (Source::MptAmpere, 0.11, 0.54),
+        (Source::Torchtitan, 0.09, 0.23),
+        (Source::Mist, 0.05, 0.08),
+        (Source::MtNlg, 0.02, 0.04),
     ];
     for (source, mean, max) in throughput_bounds {
         let stats = throughput(&outcomes, source);

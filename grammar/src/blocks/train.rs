@@ -3,7 +3,7 @@
 use crate::ast::Name;
 use crate::diagnostic::Problem;
 use crate::fields::Fields;
-use crate::spec::{Fp8Scaling, Framework, Optimizer, Precision, TrainSpec};
+use crate::spec::{Fp8Scaling, Framework, Optimizer, OverlapSpec, Precision, TrainSpec};
 
 pub const FIELDS: &[&str] = &[
     "model",
@@ -18,7 +18,10 @@ pub const FIELDS: &[&str] = &[
     "fp8_scaling",
     "fused_cross_entropy",
     "compile",
+    "overlap",
 ];
+
+const OVERLAP_FIELDS: &[&str] = &["grad_reduce", "param_gather", "tp_comm"];
 
 /// Far beyond any training run; keeps token counts exact.
 pub const MAX_TOKENS_PER_STEP: f64 = 1e15;
@@ -76,6 +79,23 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let fp8_scaling = f.choice("fp8_scaling", FP8_SCALINGS);
     let fused_cross_entropy = f.boolean("fused_cross_entropy");
     let compile = f.boolean("compile").unwrap_or(false);
+    let overlap = match f.get("overlap").cloned() {
+        None => None,
+        Some(value) => Fields::record(
+            "overlap",
+            &value,
+            "{ grad_reduce = true, param_gather = true, tp_comm = false }",
+            f.problems,
+        )
+        .map(|mut r| {
+            r.reject_unknown(OVERLAP_FIELDS);
+            OverlapSpec {
+                grad_reduce: r.boolean("grad_reduce"),
+                param_gather: r.boolean("param_gather"),
+                tp_comm: r.boolean("tp_comm"),
+            }
+        }),
+    };
     if fp8_scaling.is_some() && precision != Precision::Fp8 {
         let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -118,6 +138,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 fp8_scaling,
                 fused_cross_entropy,
                 compile,
+                overlap,
             })
     };
     TrainDef {

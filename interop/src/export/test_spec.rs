@@ -60,6 +60,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             fp8_scaling: None,
             fused_cross_entropy: None,
             compile: false,
+            overlap: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

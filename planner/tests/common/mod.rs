@@ -128,6 +128,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             fp8_scaling: None,
             fused_cross_entropy: None,
             compile: false,
+            overlap: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -23,6 +23,8 @@
 
 use tessel_grammar::{Framework, GpuSpec};
 
+use crate::primitives::CollectiveParams;
+
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuGeneration {
@@ -56,12 +58,10 @@ impl GpuGeneration {
 /// Achievable fractions of peak for one GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelEfficiency {
-    /// Fraction of dense peak a large matmul reaches.
+    /// Fraction of dense peak a large GEMM sustains in a training step (the GEMM primitive's
+    /// main-loop rate); how a given shape falls below it (tiles, waves, short `k`) is the
+    /// primitive's, calibrated on GEMM microbenchmarks.
     pub matmul: f64,
-    /// A GEMM whose smallest dimension is `n` runs at `matmul · n / (n + matmul_half_dim)`:
-    /// skinny GEMMs (small hidden sizes, tensor-parallel shards, per-head batched matmuls)
-    /// under-fill the tensor cores and waves.
-    pub matmul_half_dim: f64,
     /// Fraction of the fp8 peak a large fp8 matmul reaches (scaling and casts keep it below
     /// the bf16 fraction).
     pub fp8_matmul: f64,
@@ -83,40 +83,35 @@ impl KernelEfficiency {
     pub fn for_gpu(gpu: &GpuSpec) -> KernelEfficiency {
         let base = match GpuGeneration::from_name(&gpu.name) {
             GpuGeneration::Volta => KernelEfficiency {
-                matmul: 0.8025,
-                matmul_half_dim: 102.37,
+                matmul: 0.8645,
                 fp8_matmul: 0.6,
                 attention: 0.40,
                 native_attention: 0.40,
-                memory: 0.6586,
+                memory: 0.7413,
             },
             GpuGeneration::Ampere => KernelEfficiency {
-                matmul: 0.7725,
-                matmul_half_dim: 102.37,
+                matmul: 0.8196,
                 fp8_matmul: 0.6,
-                attention: 0.2767,
-                native_attention: 0.2767,
-                memory: 0.6586,
+                attention: 0.2603,
+                native_attention: 0.2603,
+                memory: 0.7413,
             },
             GpuGeneration::Ada => KernelEfficiency {
-                matmul: 0.6375,
-                matmul_half_dim: 110.0,
+                matmul: 0.7778,
                 fp8_matmul: 0.6,
                 attention: 0.50,
                 native_attention: 0.50,
                 memory: 0.70,
             },
             GpuGeneration::Hopper => KernelEfficiency {
-                matmul: 0.6283,
-                matmul_half_dim: 123.24,
-                fp8_matmul: 0.6886,
-                attention: 0.1777,
-                native_attention: 0.3870,
+                matmul: 0.6095,
+                fp8_matmul: 0.7589,
+                attention: 0.1830,
+                native_attention: 0.4165,
                 memory: 0.40,
             },
             GpuGeneration::Other => KernelEfficiency {
                 matmul: 0.75,
-                matmul_half_dim: 128.0,
                 fp8_matmul: 0.6,
                 attention: 0.45,
                 native_attention: 0.45,
@@ -161,20 +156,9 @@ impl KernelEfficiency {
 /// Parameters that do not depend on the GPU generation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Calibration {
-    /// Fraction of the intra-node link's bandwidth a ring collective reaches (NCCL bus
-    /// bandwidth over the link rate).
-    pub intra_node_comm_efficiency: f64,
-    /// The same for a collective that crosses nodes.
-    pub inter_node_comm_efficiency: f64,
-    /// Fraction of tensor-parallel communication hidden behind compute (0 for Megatron's
-    /// synchronous collectives).
-    pub tp_overlap: f64,
-    /// Fraction of one micro-batch's backward that data-parallel gradient reduction can hide
-    /// behind (bucketed reduction starts while the last backward runs).
-    pub dp_overlap: f64,
-    /// Fraction of a micro-batch's compute behind which ZeRO-3 gathers and reduce-scatters can
-    /// hide (prefetching one layer ahead).
-    pub zero3_overlap: f64,
+    /// NCCL's collectives: per-call and per-step latency, bus bandwidth over link rate.
+    /// Calibrated on nccl-tests measurements (`primitives::fit`), not on training runs.
+    pub collectives: CollectiveParams,
     /// Fraction of pipeline point-to-point time that stays exposed.
     pub pp_exposed: f64,
     /// Fraction of expert-parallel all-to-all time hidden behind compute.
@@ -216,17 +200,13 @@ pub struct Calibration {
 impl Default for Calibration {
     fn default() -> Self {
         Calibration {
-            intra_node_comm_efficiency: 0.8817,
-            inter_node_comm_efficiency: 0.9138,
-            tp_overlap: 0.0,
-            dp_overlap: 0.0,
-            zero3_overlap: 0.5430,
-            pp_exposed: 0.1058,
+            collectives: CollectiveParams::default(),
+            pp_exposed: 1.0,
             ep_overlap: 0.0,
-            layer_overhead_s: 100.0e-6,
-            deepspeed_kernels: 0.8245,
-            fp8_rowwise_matmul: 0.4694,
-            misaligned_matmul: 0.1072,
+            layer_overhead_s: 0.0,
+            deepspeed_kernels: 0.7998,
+            fp8_rowwise_matmul: 0.4417,
+            misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
             cuda_context_bytes: 0.6557e9,

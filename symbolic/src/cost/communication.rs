@@ -1,15 +1,15 @@
-//! Communication per GPU, as expressions, with placement deciding the link.
+//! Communication per GPU, as expressions: which collectives a step calls, on which group,
+//! how many times (each framework's granularity) and with how many bytes; each call's time is
+//! the calibrated NCCL primitive (`crate::primitives::collective`).
 //!
 //! Rank placement (Megatron's order): tensor parallel innermost (consecutive GPUs), then
 //! context parallel, then data parallel (expert parallel inside the data × context ranks),
-//! pipeline outermost. A group with `n` members and stride `k` spans `n·k` consecutive GPUs:
-//! inside one node when that is at most `gpus_per_node`, which then uses the intra-node link;
-//! otherwise the inter-node link per GPU is the bottleneck of the ring.
+//! pipeline outermost.
 
 use tessel_grammar::Framework;
 
 use super::context::{above, k, Ctx};
-use super::parameters::{layer_params, stage_params};
+use super::parameters::{embedding_params, head_params, layer_params, stage_params};
 use crate::Expr;
 
 /// Seconds of the tensor-parallel collectives of `forward` and `backward` layer passes. Each
@@ -20,7 +20,8 @@ use crate::Expr;
 pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr {
     let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
     let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
-    let pass = k(2.0) * ctx.all_reduce(bytes, &ring) * (1.0 - ctx.cal.tp_overlap);
+    let single = above(ctx.t.clone(), 1.0);
+    let pass = k(2.0) * single * ctx.all_reduce(bytes, &ring);
     if ctx.gathers_fp8() {
         let pass = ctx.bind(pass);
         let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);
@@ -52,11 +53,13 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
             let element = ctx.hidden * ctx.bytes.activation;
             let dispatched = ctx.tokens() / ctx.replicated_divisor() * (copies * element);
             let stride = ctx.t.clone() * ctx.c.clone();
-            let all_to_all = ctx.all_to_all(dispatched, ctx.e.clone(), stride);
+            let all_to_all =
+                above(ctx.e.clone(), 1.0) * ctx.all_to_all(dispatched, ctx.e.clone(), stride);
             let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
             let extra_copies = (copies - 1.0).max(0.0);
             let regather = ctx.sp.clone()
                 * above(ctx.e.clone(), 1.0)
+                * above(ctx.t.clone(), 1.0)
                 * ctx.gather(ctx.tokens() * (extra_copies * element), &ring);
             k(2.0) * ctx.moe_fraction() * (all_to_all + regather) * (1.0 - ctx.cal.ep_overlap)
         }
@@ -90,45 +93,153 @@ pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
     pipelined * k(transfers) * ctx.v.clone() * ctx.p2p(bytes, span) * exposed
 }
 
-/// Data-parallel traffic of one step for ZeRO 0–2, before overlap: ZeRO-0 all-reduces the
-/// gradients; ZeRO-1/2 reduce-scatter them and all-gather the updated bf16 weights. Groups
-/// are dp·cp ranks (gradients are reduced over both). Tied embeddings add an all-reduce of
-/// the embedding gradients between the first and last device.
-pub(crate) fn dp_step(ctx: &Ctx) -> Expr {
-    let params = stage_params(ctx);
-    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
-    let (z1, _, z3) = ctx.zero_flags();
-    let grad_bytes = params.clone() * ctx.bytes.gradient;
-    let all_reduce = ctx.all_reduce(grad_bytes.clone(), &ring);
-    let sharded = ctx.gather(grad_bytes, &ring) + ctx.gather(params * ctx.bytes.weight, &ring);
-    let zero_traffic = (k(1.0) - z1.clone()) * all_reduce + (z1 - z3.clone()) * sharded;
-    let tied = if ctx.tied {
-        let bytes = k(ctx.vocab * ctx.hidden * ctx.bytes.gradient) / ctx.t.clone();
-        let ends = ctx.is_first() + ctx.is_last();
-        let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
-        let stride = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * (ctx.p.clone() - 1.0);
-        let ring = ctx.ring("tied", k(2.0), stride);
-        Expr::min([ends, k(1.0)]) * pipelined * ctx.all_reduce(bytes, &ring)
-    } else {
-        k(0.0)
-    };
-    zero_traffic + tied
+/// Megatron-Core's gradient bucket when it overlaps the reduction: `max(40M, 1M · dp)`
+/// parameters (`DistributedDataParallelConfig.bucket_size`); without overlap one bucket.
+const MEGATRON_BUCKET_PARAMS: f64 = 40e6;
+const MEGATRON_BUCKET_PARAMS_PER_DP_RANK: f64 = 1e6;
+/// DeepSpeed's `reduce_bucket_size` and `allgather_bucket_size` defaults, in elements.
+const DEEPSPEED_BUCKET_ELEMENTS: f64 = 5e8;
+
+/// How many calls the data-parallel reduction of `params` parameters is split into: Megatron's
+/// and DeepSpeed's buckets, FSDP's wrapping units (one per transformer block, plus the
+/// embedding and output layer).
+fn dp_calls(ctx: &Ctx, params: Expr, overlapped: bool) -> Expr {
+    match ctx.framework {
+        Framework::Megatron if overlapped => {
+            let bucket = Expr::max([
+                k(MEGATRON_BUCKET_PARAMS),
+                ctx.d.clone() * ctx.c.clone() * MEGATRON_BUCKET_PARAMS_PER_DP_RANK,
+            ]);
+            Expr::max([(params / bucket).ceil(), k(1.0)])
+        }
+        Framework::Megatron => k(1.0),
+        Framework::Deepspeed => Expr::max([(params / DEEPSPEED_BUCKET_ELEMENTS).ceil(), k(1.0)]),
+        Framework::Fsdp => ctx.layers.clone() + 1.0,
+    }
 }
 
-/// ZeRO-3 traffic of one micro-batch, before overlap: all-gather the bf16 weights for
-/// forward and again for backward, reduce-scatter the gradients. With
-/// [`Ctx::gathers_fp8`] the layers' weight shards are cast to fp8 before they are gathered;
-/// the embedding and output layer stay bf16.
-pub(crate) fn zero3_microbatch(ctx: &Ctx) -> Expr {
-    let params = stage_params(ctx);
+/// The data-parallel traffic of one step under ZeRO 0–2, split into what the backward pass
+/// produces (the gradient reduction) and what follows the optimizer (the all-gather of the
+/// updated weights), with the number of calls each is split into.
+pub(crate) struct DpTraffic {
+    pub reduce: Expr,
+    pub reduce_calls: Expr,
+    pub gather: Expr,
+    pub gather_calls: Expr,
+}
+
+/// ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and all-gather the updated
+/// bf16 weights, over dp·cp ranks, bucket by bucket. Tied embeddings add an all-reduce of the
+/// embedding gradients between the first and last device.
+pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
+    let params = ctx.bind(stage_params(ctx));
+    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
+    let (z1, _, _) = ctx.zero_flags();
+    let calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.grad_reduce));
+    let grad_bytes = params.clone() * ctx.bytes.gradient / calls.clone();
+    let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
+    let all_reduce = calls.clone() * ctx.all_reduce(grad_bytes.clone(), &ring);
+    let scatter = calls.clone() * ctx.gather(grad_bytes, &ring);
+    let reduce = several.clone() * ((k(1.0) - z1.clone()) * all_reduce + z1.clone() * scatter)
+        + tied_embedding_reduce(ctx);
+    let gather_calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.param_gather));
+    let gather = several
+        * z1
+        * gather_calls.clone()
+        * ctx.gather(params * ctx.bytes.weight / gather_calls.clone(), &ring);
+    DpTraffic {
+        reduce,
+        reduce_calls: calls,
+        gather,
+        gather_calls,
+    }
+}
+
+fn tied_embedding_reduce(ctx: &Ctx) -> Expr {
+    if !ctx.tied {
+        return k(0.0);
+    }
+    let bytes = k(ctx.vocab * ctx.hidden * ctx.bytes.gradient) / ctx.t.clone();
+    let ends = ctx.is_first() + ctx.is_last();
+    let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
+    let stride = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * (ctx.p.clone() - 1.0);
+    let ring = ctx.ring("tied", k(2.0), stride);
+    Expr::min([ends, k(1.0)]) * pipelined * ctx.all_reduce(bytes, &ring)
+}
+
+/// Parameter all-gathers ZeRO-3 makes per transformer block and pass. DeepSpeed fetches
+/// each parameter tensor of a module with its own collective: Megatron-DeepSpeed's block has
+/// four linear layers (fused QKV, attention output, MLP in, MLP out) with a weight and, in
+/// GPT-style models, a bias each, and two norms with a weight and, for layernorm, a bias.
+/// FSDP gathers the whole block as one unit (torchtitan, llm-foundry), and so does
+/// Megatron-Core's FSDP.
+fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
+    match ctx.framework {
+        Framework::Deepspeed => {
+            let per_linear = if ctx.bias { 2.0 } else { 1.0 };
+            let per_norm = if ctx.norm_params > ctx.hidden {
+                2.0
+            } else {
+                1.0
+            };
+            4.0 * per_linear + 2.0 * per_norm
+        }
+        Framework::Megatron | Framework::Fsdp => 1.0,
+    }
+}
+
+/// Exposed seconds of ZeRO-3's communication in one micro-batch. Every layer's weights are
+/// all-gathered over dp·cp before its forward and again before its backward, and its
+/// gradients reduce-scattered after its backward (DeepSpeed: in `reduce_bucket_size`
+/// buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the gather of the next
+/// layer runs behind the current layer's compute, so only the first layer's gather and what
+/// exceeds each layer's compute is exposed; without it every gather is. The reduce-scatter
+/// hides behind the next layer's backward when `overlap.grad_reduce` (sharing the links with
+/// the gathers), else it is exposed. `layer_forward` and `layer_backward` are one layer's
+/// compute (backward including its recomputed forward).
+pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: Expr) -> Expr {
     let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
     let (_, _, z3) = ctx.zero_flags();
-    let fp8_saving = if ctx.gathers_fp8() {
-        ctx.layers.clone() * layer_params(ctx) * (ctx.bytes.weight - 1.0)
+    let weight_bytes = if ctx.gathers_fp8() {
+        1.0
     } else {
-        k(0.0)
+        ctx.bytes.weight
     };
-    let gathers = k(2.0) * ctx.gather(params.clone() * ctx.bytes.weight - fp8_saving, &ring);
-    let reduce = ctx.gather(params * ctx.bytes.gradient, &ring);
-    z3 * (gathers + reduce)
+    let calls = zero3_gathers_per_layer(ctx);
+    let layer = layer_params(ctx);
+    let gather = ctx.bind(k(calls) * ctx.gather(layer.clone() * weight_bytes / calls, &ring));
+    let reduce = ctx.bind(match ctx.framework {
+        Framework::Deepspeed => {
+            let params = stage_params(ctx);
+            let buckets = Expr::max([(params.clone() / DEEPSPEED_BUCKET_ELEMENTS).ceil(), k(1.0)]);
+            buckets.clone() * ctx.gather(params * ctx.bytes.gradient / buckets, &ring)
+                / Expr::max([ctx.layers.clone(), k(1.0)])
+        }
+        Framework::Megatron | Framework::Fsdp => ctx.gather(layer * ctx.bytes.gradient, &ring),
+    });
+    // The embedding and output layer: gathered for forward and backward, reduced once.
+    let edges = ctx.is_first() * embedding_params(ctx) + ctx.is_last() * head_params(ctx);
+    let edge_gather = ctx.gather(edges.clone() * ctx.bytes.weight, &ring);
+    let edge_reduce = ctx.gather(edges * ctx.bytes.gradient, &ring);
+    let edge_exposed = k(2.0) * edge_gather + edge_reduce;
+
+    let layers = ctx.layers.clone();
+    let overlap = ctx.overlap_zero3;
+    let reduce_hidden = if overlap.grad_reduce { 1.0 } else { 0.0 };
+    let layers_exposed = if overlap.param_gather {
+        let forward = gather.clone()
+            + (layers.clone() - 1.0) * Expr::max([gather.clone() - layer_forward, k(0.0)]);
+        let backward = gather.clone()
+            + layers.clone()
+                * Expr::max([
+                    gather.clone() + reduce.clone() * reduce_hidden - layer_backward,
+                    k(0.0),
+                ])
+            + layers.clone() * reduce.clone() * (1.0 - reduce_hidden);
+        forward + backward
+    } else {
+        layers * (k(2.0) * gather + reduce)
+    };
+    let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
+    z3 * several * (layers_exposed + edge_exposed)
 }

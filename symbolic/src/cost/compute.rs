@@ -4,43 +4,48 @@
 //! flash-attention efficiency or as batched GEMMs plus a memory-bound softmax, and everything
 //! elementwise at a fraction of HBM bandwidth with its bytes counted.
 
-use tessel_grammar::Fp8Scaling;
+use tessel_grammar::{Fp8Scaling, Framework};
 
-use super::context::{k, Ctx};
+use super::context::{k, Ctx, Matmul};
 use crate::Expr;
 
 /// Seconds of the pieces of one (average) layer for one micro-batch on one GPU.
 pub(crate) struct LayerTimes {
-    /// QKV and output projections, forward.
+    /// QKV and output projections, forward and backward.
     pub attention_gemm_fwd: Expr,
+    pub attention_gemm_bwd: Expr,
     /// Scores, softmax and values, forward.
     pub attention_core_fwd: Expr,
     pub attention_core_bwd: Expr,
-    /// Dense MLP or router + experts + shared experts, forward GEMMs.
+    /// Dense MLP or router + experts + shared experts, forward and backward GEMMs.
     pub mlp_gemm_fwd: Expr,
+    pub mlp_gemm_bwd: Expr,
     /// Norms, activations, dropout, residual adds, rotary embeddings, fp8 casts.
     pub elementwise_fwd: Expr,
     pub elementwise_bwd: Expr,
+    /// Fixed host time of one pass: `layer_overhead_s` for the block, and as much again for
+    /// each local expert an expert loop runs as a module of its own.
+    pub overhead: Expr,
 }
 
 impl LayerTimes {
-    pub fn forward(&self, ctx: &Ctx) -> Expr {
+    pub fn forward(&self) -> Expr {
         Expr::sum([
             self.attention_gemm_fwd.clone(),
             self.attention_core_fwd.clone(),
             self.mlp_gemm_fwd.clone(),
             self.elementwise_fwd.clone(),
-            k(ctx.cal.layer_overhead_s),
+            self.overhead.clone(),
         ])
     }
 
-    pub fn backward(&self, ctx: &Ctx) -> Expr {
+    pub fn backward(&self) -> Expr {
         Expr::sum([
-            k(2.0) * self.attention_gemm_fwd.clone(),
+            self.attention_gemm_bwd.clone(),
             self.attention_core_bwd.clone(),
-            k(2.0) * self.mlp_gemm_fwd.clone(),
+            self.mlp_gemm_bwd.clone(),
             self.elementwise_bwd.clone(),
-            k(ctx.cal.layer_overhead_s),
+            self.overhead.clone(),
         ])
     }
 }
@@ -82,57 +87,96 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
 
     // Key/value heads replicated past `kv_split` are projected on every rank that holds them.
     let qkv_width = k(ctx.q_dim) / t.clone() + k(2.0 * ctx.kv_dim) / ctx.kv_split();
-    let qkv = ctx.gemm(
-        k(2.0 * h) * qkv_width.clone() * tokens.clone(),
-        vec![tokens.clone(), k(h), qkv_width],
-    );
-    let proj = ctx.gemm(
-        k(2.0 * h * ctx.q_dim) * tokens.clone() / t.clone(),
-        vec![tokens.clone(), k(h), k(ctx.q_dim) / t.clone()],
-    );
-    let attention_gemm_fwd = qkv + proj;
+    let qkv = ctx.matmul(tokens.clone(), qkv_width, k(h), k(1.0));
+    let proj = ctx.matmul(tokens.clone(), k(h), k(ctx.q_dim) / t.clone(), k(1.0));
+    let attention_gemm_fwd = qkv.forward + proj.forward;
+    let attention_gemm_bwd = qkv.backward + proj.backward;
 
     let (attention_core_fwd, attention_core_bwd) = if ctx.flash {
         let flops = k(4.0 * ctx.seq * ctx.q_dim * CAUSAL_FRACTION) * tokens.clone() / t.clone();
         let fwd = flops / (ctx.attention_peak * ctx.efficiency.attention);
         (fwd.clone(), k(FLASH_BACKWARD_RATIO) * fwd)
     } else {
-        let flops = k(4.0 * ctx.seq * ctx.q_dim) * tokens.clone() / t.clone();
-        let mut bmm = ctx.gemm(flops, vec![ctx.local_seq(), k(ctx.head_dim), k(ctx.seq)]);
-        if misaligned_heads(ctx) {
-            bmm = bmm / ctx.cal.misaligned_matmul;
-        }
+        // Per head: scores `s/c × s` over `head_dim`, then values `s/c × head_dim` over `s`.
+        let heads = ctx.b.clone() * ctx.heads / t.clone();
+        let scores = ctx.matmul(ctx.local_seq(), k(ctx.seq), k(ctx.head_dim), heads.clone());
+        let values = ctx.matmul(ctx.local_seq(), k(ctx.head_dim), k(ctx.seq), heads);
+        let misaligned = if misaligned_heads(ctx) {
+            1.0 / ctx.cal.misaligned_matmul
+        } else {
+            1.0
+        };
+        let bmm_fwd = (scores.forward + values.forward) * misaligned;
+        let bmm_bwd = (scores.backward + values.backward) * misaligned;
         let scores = k(ctx.heads * ctx.seq) * tokens.clone() / t.clone();
         let dropout = ctx.dropout;
         let fwd_bytes = SCORE_BYTES_FWD + dropout * SCORE_DROPOUT_BYTES_FWD;
         let bwd_bytes = SCORE_BYTES_BWD + dropout * SCORE_DROPOUT_BYTES_BWD;
-        let fwd = bmm.clone() + ctx.memory_bound(scores.clone() * (fwd_bytes * act));
-        let bwd = k(2.0) * bmm + ctx.memory_bound(scores * (bwd_bytes * act));
+        let fwd = bmm_fwd + ctx.memory_bound(scores.clone() * (fwd_bytes * act));
+        let bwd = bmm_bwd + ctx.memory_bound(scores * (bwd_bytes * act));
         (fwd, bwd)
     };
 
-    let dense_mlp = mlp_gemms(ctx, tokens.clone(), ctx.ffn);
-    let (mlp_gemm_fwd, mlp_width) = match &ctx.moe {
-        None => (dense_mlp, k(ctx.ffn)),
+    let dense_mlp = mlp_gemms(ctx, tokens.clone(), k(1.0), ctx.ffn);
+    let (mlp_gemm_fwd, mlp_gemm_bwd, mlp_width, permuted, modules) = match &ctx.moe {
+        None => (
+            dense_mlp.forward,
+            dense_mlp.backward,
+            k(ctx.ffn),
+            k(0.0),
+            k(1.0),
+        ),
         Some(moe) => {
-            let router = ctx.gemm(
-                k(2.0 * h * moe.experts) * tokens.clone(),
-                vec![tokens.clone(), k(h), k(moe.experts)],
-            );
+            let router = ctx.matmul(tokens.clone(), k(moe.experts), k(h), k(1.0));
             let routed = tokens.clone() * (moe.top_k * moe.capacity);
-            let per_expert = routed.clone() * ctx.e.clone() / moe.experts;
-            let experts = mlp_gemms_rows(ctx, routed, per_expert, moe.expert_ffn);
-            let shared = if moe.shared > 0.0 {
-                mlp_gemms(ctx, tokens.clone(), moe.expert_ffn * moe.shared)
-            } else {
-                k(0.0)
+            // Each local expert's GEMMs on the tokens routed to it. Megatron-LM and
+            // DeepSpeed run the local experts one after another (Megatron-Core's
+            // SequentialMLP, its default); the PyTorch-native stacks run one grouped GEMM
+            // over them (torchtitan), whose tiles fill the SMs together.
+            let local = k(moe.experts) / ctx.e.clone();
+            let per_expert = routed.clone() / local.clone();
+            let (experts, expert_modules) = match ctx.framework {
+                Framework::Fsdp => (mlp_gemms(ctx, per_expert, local, moe.expert_ffn), k(0.0)),
+                Framework::Megatron | Framework::Deepspeed => {
+                    let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn);
+                    let looped = Matmul {
+                        forward: one.forward * local.clone(),
+                        backward: one.backward * local.clone(),
+                    };
+                    (looped, local)
+                }
             };
-            let moe_fwd = router + experts + shared;
+            let shared = if moe.shared > 0.0 {
+                mlp_gemms(ctx, tokens.clone(), k(1.0), moe.expert_ffn * moe.shared)
+            } else {
+                Matmul {
+                    forward: k(0.0),
+                    backward: k(0.0),
+                }
+            };
             let fraction = ctx.moe_fraction();
-            let mixed = (k(1.0) - fraction.clone()) * dense_mlp + fraction.clone() * moe_fwd;
+            let mix = |dense: Expr, moe_part: Expr| {
+                (k(1.0) - fraction.clone()) * dense + fraction.clone() * moe_part
+            };
+            let forward = mix(
+                dense_mlp.forward,
+                router.forward + experts.forward + shared.forward,
+            );
+            let backward = mix(
+                dense_mlp.backward,
+                router.backward + experts.backward + shared.backward,
+            );
             let moe_width = moe.expert_ffn * (moe.top_k * moe.capacity + moe.shared);
-            let width = k(ctx.ffn) + fraction * (moe_width - ctx.ffn);
-            (mixed, width)
+            let width = k(ctx.ffn) + fraction.clone() * (moe_width - ctx.ffn);
+            // Token permutation: each token's hidden state is copied to its `top_k` routed
+            // slots before the experts (read 2h, write 2h per copy) and the copies are
+            // gathered and weighted back after them (read 2h per copy, write 2h); backward
+            // moves the same bytes. Tokens are the rank's whole sequence: with tp the expert
+            // layer works on the gathered sequence.
+            let copies = moe.top_k * moe.capacity;
+            let permuted = fraction.clone() * tokens.clone() * ((4.0 * copies + 4.0) * h * act);
+            let modules = k(1.0) + fraction * expert_modules;
+            (forward, backward, width, permuted, modules)
         }
     };
 
@@ -173,15 +217,26 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         sharded_fwd,
         rotary.clone(),
         casts.clone(),
+        permuted.clone(),
     ]));
-    let elementwise_bwd = ctx.memory_bound(Expr::sum([replicated_bwd, sharded_bwd, rotary, casts]));
+    let elementwise_bwd = ctx.memory_bound(Expr::sum([
+        replicated_bwd,
+        sharded_bwd,
+        rotary,
+        casts,
+        permuted,
+    ]));
 
+    let overhead = modules * ctx.cal.layer_overhead_s;
     LayerTimes {
         attention_gemm_fwd: ctx.bind(attention_gemm_fwd),
+        attention_gemm_bwd: ctx.bind(attention_gemm_bwd),
         attention_core_fwd: ctx.bind(attention_core_fwd),
         attention_core_bwd: ctx.bind(attention_core_bwd),
         mlp_gemm_fwd: ctx.bind(mlp_gemm_fwd),
+        mlp_gemm_bwd: ctx.bind(mlp_gemm_bwd),
         elementwise_fwd: ctx.bind(elementwise_fwd),
+        overhead: ctx.bind(overhead),
         elementwise_bwd: ctx.bind(elementwise_bwd),
     }
 }
@@ -198,26 +253,17 @@ fn misaligned_heads(ctx: &Ctx) -> bool {
 /// Operand alignment tensor-core GEMMs need for full speed.
 const GEMM_ALIGNMENT_BYTES: f64 = 16.0;
 
-/// Forward GEMMs of an MLP of width `ffn` over `rows` tokens, sharded over tp.
-fn mlp_gemms(ctx: &Ctx, rows: Expr, ffn: f64) -> Expr {
-    mlp_gemms_rows(ctx, rows.clone(), rows, ffn)
-}
-
-/// MLP GEMMs over `rows` tokens in total, each GEMM having `gemm_rows` rows (fewer for
-/// experts, which split the routed tokens).
-fn mlp_gemms_rows(ctx: &Ctx, rows: Expr, gemm_rows: Expr, ffn: f64) -> Expr {
+/// The GEMMs of `batch` MLPs of width `ffn`, sharded over tp, each over `rows` tokens.
+fn mlp_gemms(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64) -> Matmul {
     let t = ctx.t.clone();
     let h = ctx.hidden;
     let up_width = (ctx.mlp_matrices - 1.0) * ffn;
-    let up = ctx.gemm(
-        k(2.0 * h * up_width) * rows.clone() / t.clone(),
-        vec![gemm_rows.clone(), k(h), k(up_width) / t.clone()],
-    );
-    let down = ctx.gemm(
-        k(2.0 * h * ffn) * rows / t.clone(),
-        vec![gemm_rows, k(h), k(ffn) / t],
-    );
-    up + down
+    let up = ctx.matmul(rows.clone(), k(up_width) / t.clone(), k(h), batch.clone());
+    let down = ctx.matmul(rows, k(h), k(ffn) / t, batch);
+    Matmul {
+        forward: up.forward + down.forward,
+        backward: up.backward + down.backward,
+    }
 }
 
 /// Seconds of the embedding (first device) for one micro-batch, forward and backward: a
@@ -233,12 +279,9 @@ pub(crate) fn head_time(ctx: &Ctx) -> Expr {
     let t = ctx.t.clone();
     let tokens = ctx.tokens();
     let h = ctx.hidden;
-    let logits = ctx.gemm(
-        k(2.0 * h * ctx.vocab) * tokens.clone() / t.clone(),
-        vec![tokens.clone(), k(h), k(ctx.vocab) / t.clone()],
-    );
+    let logits = ctx.matmul(tokens.clone(), k(ctx.vocab) / t.clone(), k(h), k(1.0));
     // Cross-entropy: fp32 upcast, softmax and its gradient, about 18 bytes per logit.
     let cross_entropy = ctx.memory_bound(k(18.0 * ctx.vocab) * tokens.clone() / t);
     let norm = ctx.memory_bound(k(10.0 * h) * tokens / ctx.replicated_divisor());
-    k(3.0) * logits + cross_entropy + norm
+    logits.forward + logits.backward + cross_entropy + norm
 }

@@ -9,8 +9,12 @@ use tessel_grammar::{
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::calibration::{Calibration, KernelEfficiency};
+use super::calibration::{Calibration, GpuGeneration, KernelEfficiency};
 use super::slots::Slot;
+use crate::primitives::{
+    collective_time, gemm_time, sm_count, Collective, CollectiveParams, GemmDevice, GemmParams,
+    Group, Links, HBM_STREAM_FRACTION,
+};
 use crate::{Expr, Symbol};
 
 pub(crate) fn k(value: f64) -> Expr {
@@ -22,12 +26,14 @@ pub(crate) fn above(x: Expr, threshold: f64) -> Expr {
     Expr::min([Expr::max([x - threshold, k(0.0)]), k(1.0)])
 }
 
-/// A ring group: its size and its link's seconds per byte and per step.
-pub(crate) struct Ring {
-    pub n: Expr,
-    pub per_byte: Expr,
-    pub latency: Expr,
+/// Seconds of a GEMM forward and of its backward (input and weight gradients).
+pub(crate) struct Matmul {
+    pub forward: Expr,
+    pub backward: Expr,
 }
+
+/// A communication group of the strategy: its ranks and how many of them share a node.
+pub(crate) type Ring = Group<Expr>;
 
 /// The mixture-of-experts numbers of a model.
 #[derive(Clone, Copy, Debug)]
@@ -114,16 +120,23 @@ pub(crate) struct Ctx {
     pub attention_peak: f64,
     pub hbm_bandwidth: f64,
     pub efficiency: KernelEfficiency,
+    /// The GEMM primitive's shape behaviour on this GPU's generation (microbenchmarks).
+    pub gemm: GemmParams,
+    pub sms: f64,
     pub cal: Calibration,
     /// Named intermediate expressions (`$0`, `$1`, ...), each over the slots and earlier
     /// intermediates: shared sub-expressions are evaluated once.
     bindings: RefCell<Vec<Expr>>,
     shared: RefCell<BTreeMap<&'static str, Expr>>,
     pub gpus_per_node: f64,
-    pub intra_bandwidth: f64,
-    pub inter_bandwidth: f64,
-    pub intra_latency: f64,
-    pub inter_latency: f64,
+    pub nodes: f64,
+    pub links: Links,
+    /// NCCL's behaviour on those links, calibrated on microbenchmarks.
+    pub collectives: CollectiveParams,
+    /// What the framework overlaps (`train.overlap` over the framework's defaults), below
+    /// ZeRO-3 and under it.
+    pub overlap: tessel_grammar::Overlap,
+    pub overlap_zero3: tessel_grammar::Overlap,
     pub host_link: f64,
 }
 
@@ -239,14 +252,20 @@ impl Ctx {
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
             efficiency: efficiency.for_framework(train.framework, &cal),
+            gemm: GemmParams::for_generation(GpuGeneration::from_name(&cluster.gpu.name)),
+            sms: sm_count(&cluster.gpu.name),
             cal,
             bindings: RefCell::new(Vec::new()),
             shared: RefCell::new(BTreeMap::new()),
             gpus_per_node: cluster.gpus_per_node as f64,
-            intra_bandwidth: cluster.intra_node.bandwidth * cal.intra_node_comm_efficiency,
-            inter_bandwidth: cluster.inter_node.bandwidth * cal.inter_node_comm_efficiency,
-            intra_latency: cluster.intra_node.latency,
-            inter_latency: cluster.inter_node.latency,
+            nodes: cluster.nodes as f64,
+            links: Links {
+                intra_bandwidth: cluster.intra_node.bandwidth,
+                inter_bandwidth: cluster.inter_node.bandwidth,
+            },
+            collectives: cal.collectives,
+            overlap: train.overlap(false),
+            overlap_zero3: train.overlap(true),
             host_link: cluster.host_link,
         }
     }
@@ -359,9 +378,12 @@ impl Ctx {
         )
     }
 
-    /// Seconds of a GEMM of `flops` whose dimensions are `dims` (per GPU).
-    pub fn gemm(&self, flops: Expr, dims: Vec<Expr>) -> Expr {
-        let smallest = Expr::min(dims);
+    /// Seconds of `batch` GEMMs of `m × k` by `k × n` per GPU, forward, and of their two
+    /// backward GEMMs (the input gradient `m × n` by `n × k`, the weight gradient `k × m` by
+    /// `m × n`). Shapes cost what the GEMM primitive says they cost on this GPU (tiles, waves,
+    /// `k`), at the fraction of peak a large GEMM sustains in training: the generation's
+    /// calibrated `matmul` (`fp8_matmul` for FP8, row-scaled at `fp8_rowwise_matmul` of it).
+    pub fn matmul(&self, m: Expr, n: Expr, kk: Expr, batch: Expr) -> Matmul {
         let fraction = if self.is_fp8_with(Fp8Scaling::Rowwise) {
             self.efficiency.fp8_matmul * self.cal.fp8_rowwise_matmul
         } else if self.is_fp8() {
@@ -369,8 +391,27 @@ impl Ctx {
         } else {
             self.efficiency.matmul
         };
-        let rate = self.matmul_peak * fraction;
-        flops * (smallest.clone() + self.efficiency.matmul_half_dim) / (smallest * rate)
+        let params = GemmParams {
+            efficiency: fraction,
+            ..self.gemm
+        };
+        let device = GemmDevice {
+            peak_flops: self.matmul_peak,
+            memory_bandwidth: self.hbm_bandwidth * HBM_STREAM_FRACTION,
+            sms: self.sms,
+        };
+        let bytes = if self.is_fp8() {
+            1.0
+        } else {
+            self.bytes.activation
+        };
+        let time = |m: Expr, n: Expr, kk: Expr| {
+            gemm_time(m, n, kk, batch.clone(), bytes, &device, &params)
+        };
+        Matmul {
+            forward: time(m.clone(), n.clone(), kk.clone()),
+            backward: time(m.clone(), kk.clone(), n.clone()) + time(kk, n, m),
+        }
     }
 
     /// Seconds of a memory-bound kernel moving `bytes`.
@@ -378,82 +419,60 @@ impl Ctx {
         bytes / (self.hbm_bandwidth * self.efficiency.memory)
     }
 
-    /// Seconds per byte and per message of a ring over `n` ranks placed `stride` GPUs apart.
-    /// Inside one node (`n · stride ≤ gpus_per_node`) it runs at the intra-node link. Across
-    /// nodes NCCL runs one ring channel per GPU of the group in a node, each leaving through
-    /// that GPU's own NIC, so the ring moves `members_per_node × inter-node bandwidth`
-    /// (`members_per_node = min(n, gpus_per_node / stride)`), capped by the intra-node link.
-    fn ring_link(&self, n: Expr, stride: Expr) -> (Expr, Expr) {
-        let crosses = above(n.clone() * stride.clone(), self.gpus_per_node);
-        let members = Expr::max([Expr::min([n, k(self.gpus_per_node) / stride]), k(1.0)]);
-        let across = Expr::max([
-            k(1.0 / self.intra_bandwidth),
-            k(1.0 / self.inter_bandwidth) / members,
-        ]);
-        self.select_link(crosses, across)
-    }
-
-    /// Seconds per byte and per message between single GPUs `span` consecutive GPUs apart at
-    /// most (point-to-point, all-to-all): one NIC per GPU across nodes.
-    fn pair_link(&self, span: Expr) -> (Expr, Expr) {
-        let crosses = above(span, self.gpus_per_node);
-        self.select_link(crosses, k(1.0 / self.inter_bandwidth))
-    }
-
-    fn select_link(&self, crosses: Expr, across_per_byte: Expr) -> (Expr, Expr) {
-        let per_byte = (k(1.0) - crosses.clone()) * (1.0 / self.intra_bandwidth)
-            + crosses.clone() * across_per_byte;
-        let latency =
-            (k(1.0) - crosses.clone()) * self.intra_latency + crosses * self.inter_latency;
-        (per_byte, latency)
-    }
-
-    /// The link of a ring group, named once per `key` so that every collective on the same
-    /// group shares it.
+    /// The group of `n` ranks placed `stride` GPUs apart, its ranks per node named once per
+    /// `key` so that every collective on the same group shares it.
     pub fn ring(&self, key: &'static str, n: Expr, stride: Expr) -> Ring {
-        let per_byte_key: &'static str = match key {
-            "tp" => "tp.per_byte",
-            "dp" => "dp.per_byte",
-            _ => "tied.per_byte",
+        let per_node_key: &'static str = match key {
+            "tp" => "tp.per_node",
+            "dp" => "dp.per_node",
+            "ep" => "ep.per_node",
+            _ => "tied.per_node",
         };
-        let latency_key: &'static str = match key {
-            "tp" => "tp.latency",
-            "dp" => "dp.latency",
-            _ => "tied.latency",
+        // The tied-embedding pair spans at most two nodes. Tensor-parallel groups stay in a
+        // node or span a few (the planner keeps them in one): their tree depth is counted up
+        // to two nodes, which keeps the expression short. Data and expert groups may span
+        // the cluster.
+        let max_nodes = match key {
+            "tied" | "tp" => 2.0,
+            _ => self.nodes,
         };
-        let (per_byte, latency) = self.ring_link(n.clone(), stride);
-        Ring {
-            n,
-            per_byte: self.shared(per_byte_key, || per_byte),
-            latency: self.shared(latency_key, || latency),
+        let placed = Group::placed(n.clone(), stride, self.gpus_per_node, max_nodes);
+        Group {
+            ranks: n,
+            per_node: self.shared(per_node_key, || placed.per_node),
+            max_nodes,
         }
     }
 
-    /// Ring all-reduce of `bytes`: `2(n−1)/n` of the buffer per GPU plus `2(n−1)` latency
-    /// steps.
-    pub fn all_reduce(&self, bytes: Expr, ring: &Ring) -> Expr {
-        let steps = ring.n.clone() - 1.0;
-        k(2.0) * steps.clone() / ring.n.clone() * bytes * ring.per_byte.clone()
-            + k(2.0) * steps * ring.latency.clone()
+    fn collective(&self, kind: Collective, bytes: Expr, group: &Ring) -> Expr {
+        collective_time(kind, bytes, group, &self.links, &self.collectives)
     }
 
-    /// Ring all-gather or reduce-scatter: `(n−1)/n` of the (full) buffer plus `n−1` steps.
-    pub fn gather(&self, bytes: Expr, ring: &Ring) -> Expr {
-        let steps = ring.n.clone() - 1.0;
-        steps.clone() / ring.n.clone() * bytes * ring.per_byte.clone()
-            + steps * ring.latency.clone()
+    /// One all-reduce of `bytes` over `group` (NCCL's ring or tree, whichever is faster).
+    pub fn all_reduce(&self, bytes: Expr, group: &Ring) -> Expr {
+        self.collective(Collective::AllReduce, bytes, group)
     }
 
-    /// All-to-all of `bytes` per GPU over `n` ranks `stride` apart: `(n−1)/n` leaves the GPU.
+    /// One ring all-gather of a buffer of `bytes` (whole), or a reduce-scatter of one.
+    pub fn gather(&self, bytes: Expr, group: &Ring) -> Expr {
+        self.collective(Collective::AllGather, bytes, group)
+    }
+
+    /// All-to-all of `bytes` per GPU over `n` ranks `stride` apart.
     pub fn all_to_all(&self, bytes: Expr, n: Expr, stride: Expr) -> Expr {
-        let (per_byte, latency) = self.pair_link(n.clone() * stride);
-        let steps = n.clone() - 1.0;
-        steps.clone() / n * bytes * per_byte + steps * latency
+        let group = self.ring("ep", n, stride);
+        self.collective(Collective::AllToAll, bytes, &group)
     }
 
-    /// One point-to-point message of `bytes` between ranks `span` GPUs apart at most.
+    /// One point-to-point message of `bytes` between ranks `span` consecutive GPUs apart at
+    /// most: over NVLink inside a node, through the NIC across nodes.
     pub fn p2p(&self, bytes: Expr, span: Expr) -> Expr {
-        let (per_byte, latency) = self.pair_link(span);
-        bytes * per_byte + latency
+        let same_node = k(1.0) - above(span, self.gpus_per_node);
+        let pair = Group {
+            ranks: k(2.0),
+            per_node: k(1.0) + same_node,
+            max_nodes: 2.0,
+        };
+        self.collective(Collective::SendRecv, bytes, &pair)
     }
 }

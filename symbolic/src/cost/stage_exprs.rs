@@ -116,8 +116,8 @@ fn substitute(expr: &Expr, expanded: &[Expr]) -> Expr {
 
 fn build(ctx: &Ctx) -> Vec<Expr> {
     let layer = layer_times(ctx);
-    let forward = ctx.bind(layer.forward(ctx));
-    let backward = ctx.bind(layer.backward(ctx));
+    let forward = ctx.bind(layer.forward());
+    let backward = ctx.bind(layer.backward());
     let layers = ctx.layers.clone();
     let full = ctx.full.clone();
     let partial = layers.clone() - full.clone();
@@ -140,19 +140,32 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     ]);
 
     let recompute = ctx.bind(
-        full.clone() * forward + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
+        full.clone() * forward.clone()
+            + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
     );
     let passes = k(2.0) * layers.clone() + full.clone();
     let tp = tp_layer_passes(ctx, layers.clone() + full.clone(), layers.clone());
+    // Overlapped tp collectives are split and pipelined with the GEMMs around them: only
+    // what exceeds those GEMMs stays exposed.
+    let tp = if ctx.overlap.tp_comm {
+        let gemms = (layers.clone() + full.clone())
+            * (layer.attention_gemm_fwd.clone() + layer.mlp_gemm_fwd.clone())
+            + layers.clone()
+                * k(2.0)
+                * (layer.attention_gemm_fwd.clone() + layer.mlp_gemm_fwd.clone());
+        Expr::max([tp - gemms, k(0.0)])
+    } else {
+        tp
+    };
     let ep = passes * ep_one_way;
-    let cp = layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full * cp_fwd_exposed;
+    let cp =
+        layers.clone() * (cp_fwd_exposed.clone() + cp_bwd_exposed) + full.clone() * cp_fwd_exposed;
     let pp = pp_microbatch(ctx);
 
     let busy = ctx.bind(compute.clone() + recompute.clone());
-    let zero3 = Expr::max([
-        zero3_microbatch(ctx) - busy.clone() * ctx.cal.zero3_overlap,
-        k(0.0),
-    ]);
+    let layer_backward =
+        backward.clone() + full.clone() / Expr::max([layers.clone(), k(1.0)]) * forward.clone();
+    let zero3 = zero3_microbatch(ctx, forward.clone(), layer_backward);
 
     let memory = stage_memory(ctx);
     let host = ctx.host_link;
@@ -164,12 +177,30 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
 
     let (z1, _, z3) = ctx.zero_flags();
     let local_optimizer_params = sharded_params(ctx, z1);
-    let backward_of_microbatch = ctx.layers.clone() * backward;
+    // The gradient reduction runs bucket by bucket behind the last micro-batch's backward,
+    // all but the last bucket; the updated weights' all-gather behind the next step's first
+    // forward. Without overlap each runs after (or before) the compute it could hide behind.
+    let dp = dp_step(ctx);
+    let exposed = |traffic: Expr, calls: Expr, window: Expr, overlapped: bool| {
+        if overlapped {
+            let traffic = ctx.bind(traffic);
+            Expr::max([traffic.clone() - window, traffic / calls])
+        } else {
+            traffic
+        }
+    };
     let dp_tail = (k(1.0) - z3)
-        * Expr::max([
-            dp_step(ctx) - backward_of_microbatch * ctx.cal.dp_overlap,
-            k(0.0),
-        ]);
+        * (exposed(
+            dp.reduce,
+            dp.reduce_calls,
+            ctx.layers.clone() * backward,
+            ctx.overlap.grad_reduce,
+        ) + exposed(
+            dp.gather,
+            dp.gather_calls,
+            ctx.layers.clone() * forward,
+            ctx.overlap.param_gather,
+        ));
     let optimizer_tail = (k(1.0) - ctx.off_opt.clone())
         * ctx.memory_bound(local_optimizer_params.clone() * ctx.bytes.optimizer_step);
     // Offloaded optimizer states: gradients go down (fp32) and updated weights come back up,

@@ -102,21 +102,28 @@ impl Default for CollectiveParams {
     }
 }
 
-/// A group of `ranks` GPUs of which `per_node` share a node (`ranks / per_node` nodes).
+/// A group of `ranks` GPUs of which `per_node` share a node (`ranks / per_node` nodes, at
+/// most `max_nodes`: the cluster's).
 #[derive(Clone, Debug)]
 pub struct Group<S> {
     pub ranks: S,
     pub per_node: S,
+    pub max_nodes: f64,
 }
 
 impl<S: Scalar> Group<S> {
-    /// `ranks` placed `stride` GPUs apart on nodes of `gpus_per_node`.
-    pub fn placed(ranks: S, stride: S, gpus_per_node: f64) -> Group<S> {
+    /// `ranks` placed `stride` GPUs apart on nodes of `gpus_per_node`, in a cluster of
+    /// `max_nodes`.
+    pub fn placed(ranks: S, stride: S, gpus_per_node: f64, max_nodes: f64) -> Group<S> {
         let per_node = ranks
             .clone()
             .min_of(c::<S>(gpus_per_node) / stride)
             .max_of(c(1.0));
-        Group { ranks, per_node }
+        Group {
+            ranks,
+            per_node,
+            max_nodes,
+        }
     }
 
     fn nodes(&self) -> S {
@@ -162,7 +169,7 @@ pub fn collective_time<S: Scalar>(
             // Across nodes NCCL's tree: a chain through the node, a binary tree between nodes.
             let tree = c::<S>(2.0)
                 * ((group.per_node.clone() - c(1.0)) * c(params.intra_step_s)
-                    + ceil_log2(group.nodes()) * c(params.inter_step_s));
+                    + ceil_log2(group.nodes(), group.max_nodes) * c(params.inter_step_s));
             call + protocols(single * ring.clone() + crosses * ring.min_of(tree), volume)
         }
         Collective::AllToAll => {
@@ -203,7 +210,7 @@ mod tests {
 
     #[test]
     fn ring_all_gather_in_a_node_is_steps_plus_bytes() {
-        let group = Group::placed(8.0, 1.0, 8.0);
+        let group = Group::placed(8.0, 1.0, 8.0, 1024.0);
         let t = collective_time(Collective::AllGather, 8e9, &group, &LINKS, &params());
         let expected = 10e-6 + 7.0 * 1e-6 + 7.0 / 8.0 * 8e9 / 300e9;
         assert!((t - expected).abs() < 1e-12, "{t} vs {expected}");
@@ -211,17 +218,17 @@ mod tests {
 
     #[test]
     fn small_gathers_over_thousands_of_ranks_are_latency_bound() {
-        let group = Group::placed(1536.0, 1.0, 8.0);
+        let group = Group::placed(1536.0, 1.0, 8.0, 1024.0);
         let t = collective_time(Collective::AllGather, 1e6, &group, &LINKS, &params());
         assert!(t > 1535.0 * 5e-6, "{t}");
-        let small = Group::placed(16.0, 1.0, 8.0);
+        let small = Group::placed(16.0, 1.0, 8.0, 1024.0);
         let t16 = collective_time(Collective::AllGather, 1e6, &small, &LINKS, &params());
         assert!(t > 50.0 * t16, "{t} vs {t16}");
     }
 
     #[test]
     fn all_reduce_across_nodes_takes_the_tree_when_it_is_shorter() {
-        let group = Group::placed(1024.0, 8.0, 8.0); // one rank per node: 1024 nodes
+        let group = Group::placed(1024.0, 8.0, 8.0, 1024.0); // one rank per node: 1024 nodes
         let t = collective_time(Collective::AllReduce, 1024.0, &group, &LINKS, &params());
         let tree = 10e-6 + 2.0 * 10.0 * 5e-6;
         assert!((t - tree).abs() < 1e-7 + 2.0 * 1023.0 / 1024.0 * 1024.0 / 25e9);
@@ -229,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_ring_across_nodes_uses_one_nic_per_member() {
-        let group = Group::placed(16.0, 1.0, 8.0);
+        let group = Group::placed(16.0, 1.0, 8.0, 1024.0);
         let big = 16e9;
         let t = collective_time(Collective::AllGather, big, &group, &LINKS, &params());
         let bandwidth_part = 15.0 / 16.0 * big / (8.0 * 25e9);
@@ -239,7 +246,7 @@ mod tests {
     #[test]
     fn expression_matches_numbers() {
         let n = Expr::symbol("n");
-        let group = Group::placed(n, Expr::from(2.0), 8.0);
+        let group = Group::placed(n, Expr::from(2.0), 8.0, 1024.0);
         for kind in [
             Collective::AllReduce,
             Collective::AllGather,
@@ -251,7 +258,7 @@ mod tests {
                 let numeric = collective_time(
                     kind,
                     1e7,
-                    &Group::placed(ranks, 2.0, 8.0),
+                    &Group::placed(ranks, 2.0, 8.0, 1024.0),
                     &LINKS,
                     &params(),
                 );

@@ -124,6 +124,7 @@ pub fn predict_collective(row: &CollectiveMeasurement, params: &CollectiveParams
     let group = Group {
         ranks: row.ranks,
         per_node: row.per_node,
+        max_nodes: row.ranks,
     };
     collective_time(row.kind, row.bytes, &group, &row.links, params)
 }

@@ -241,29 +241,29 @@ fn collective(row: &Row) -> Option<CollectiveMeasurement> {
     })
 }
 
-/// Dense fp16/bf16 peak, datasheet HBM bandwidth and SM count of the GPUs in the data
-/// (NVIDIA datasheets and architecture whitepapers: A100 108 SMs, H100 SXM/H800/H200 132,
-/// H100 PCIe 114). `sm_90` rows (XLA's table names no SKU) are taken as H100 SXM.
+/// Dense fp16/bf16 peak and datasheet HBM bandwidth of the GPUs in the data (NVIDIA
+/// datasheets), with their SM count. `sm_90` rows (XLA's table names no SKU) are taken as
+/// H100 SXM.
 pub fn device_of(gpu: &str) -> Option<GemmDevice> {
     let upper = gpu.to_ascii_uppercase();
     let has = |needle: &str| upper.contains(needle);
-    let (peak, hbm, sms) = if has("A100") && (has("40GB") || has("40G")) {
-        (312.0, 1555.0, 108.0)
+    let (peak, hbm) = if has("A100") && (has("40GB") || has("40G")) {
+        (312.0, 1555.0)
     } else if has("A100") {
-        (312.0, 2039.0, 108.0)
+        (312.0, 2039.0)
     } else if has("H100") && has("PCIE") {
-        (756.0, 2000.0, 114.0)
+        (756.0, 2000.0)
     } else if has("H200") {
-        (989.0, 4800.0, 132.0)
+        (989.0, 4800.0)
     } else if has("H100") || has("H800") || has("SM_90") {
-        (989.0, 3350.0, 132.0)
+        (989.0, 3350.0)
     } else {
         return None;
     };
     Some(GemmDevice {
         peak_flops: peak * 1e12,
         memory_bandwidth: hbm * GB,
-        sms,
+        sms: super::gemm::sm_count(gpu),
     })
 }
 

@@ -54,10 +54,11 @@ pub fn exceeds<S: Scalar>(x: S, threshold: f64) -> S {
     (x - c(threshold)).max_of(c(0.0)).min_of(c(1.0))
 }
 
-/// `⌈log2 x⌉` of a whole number `1 ≤ x ≤ 2^15`, as a sum of indicators (`Expr` has no
-/// logarithm; a tree's depth is all that needs one).
-pub fn ceil_log2<S: Scalar>(x: S) -> S {
-    (0..15).fold(c(0.0), |depth, power| {
+/// `⌈log2 x⌉` of a whole number `1 ≤ x ≤ largest`, as a sum of indicators (`Expr` has no
+/// logarithm; a tree's depth is all that needs one). The bound keeps the expression short.
+pub fn ceil_log2<S: Scalar>(x: S, largest: f64) -> S {
+    let terms = largest.max(1.0).log2().ceil() as u32;
+    (0..terms.min(30)).fold(c(0.0), |depth, power| {
         depth + exceeds(x.clone(), f64::from(1u32 << power))
     })
 }
@@ -69,15 +70,15 @@ mod tests {
     #[test]
     fn ceil_log2_of_whole_numbers() {
         for (x, expected) in [(1.0, 0.0), (2.0, 1.0), (3.0, 2.0), (16.0, 4.0), (17.0, 5.0)] {
-            assert_eq!(ceil_log2(x), expected, "x = {x}");
+            assert_eq!(ceil_log2(x, 32.0), expected, "x = {x}");
         }
     }
 
     #[test]
     fn expr_and_f64_agree() {
         let x = Expr::symbol("x");
-        let e = ceil_log2(x) * exceeds(Expr::symbol("x"), 4.0);
+        let e = ceil_log2(x, 16.0) * exceeds(Expr::symbol("x"), 4.0);
         let value = e.eval(&|_| 12.0);
-        assert_eq!(value, ceil_log2(12.0) * exceeds(12.0, 4.0));
+        assert_eq!(value, ceil_log2(12.0, 16.0) * exceeds(12.0, 4.0));
     }
 }

@@ -2,7 +2,7 @@
 //! what was measured. Rows that lack something the cost model needs are kept with the reason.
 
 use tessel_grammar::{
-    Choice, Fp8Scaling, Framework, MlpKind, ModelSpec, NormKind, Objective, Optimizer,
+    Choice, Fp8Scaling, Framework, MlpKind, ModelSpec, NormKind, Objective, Optimizer, OverlapSpec,
     PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
 };
 
@@ -148,6 +148,21 @@ fn framework_of(source: Source, notes: &str, zero_column: &str) -> Framework {
         Source::Bloom | Source::MtNlg => Framework::Deepspeed,
         Source::Torchtitan | Source::MptHopper | Source::MptAmpere => Framework::Fsdp,
         _ => Framework::Megatron,
+    }
+}
+
+/// What a source's software overlapped, where it differs from its framework's default today:
+/// Megatron-LM before Megatron-Core (the 2020 README, Korthikanti et al. 2022) reduced
+/// gradients after the backward pass and had no distributed optimizer to overlap;
+/// `--overlap-grad-reduce` and `--overlap-param-gather` came with Megatron-Core in 2023.
+fn overlap_of(source: Source) -> Option<OverlapSpec> {
+    match source {
+        Source::Korthikanti | Source::MegatronReadme => Some(OverlapSpec {
+            grad_reduce: Some(false),
+            param_gather: Some(false),
+            tp_comm: None,
+        }),
+        _ => None,
     }
 }
 
@@ -485,6 +500,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
             .then_some(true),
         // torchtitan names its torch.compile runs.
         compile: lower_model.contains("compile") || lower_notes.contains("compile"),
+        overlap: overlap_of(source),
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {

@@ -7,6 +7,7 @@ mod csv;
 mod evaluate;
 mod hardware;
 mod ranking;
+mod regimes;
 mod report;
 
 pub use cases::{cases_from_records, Case, MemoryMeasure, Skipped, Source, Throughput};
@@ -14,6 +15,10 @@ pub use csv::parse_csv;
 pub use evaluate::{evaluate, evaluate_case, per_source, EfficiencyFor, ErrorStats, Outcome};
 pub use hardware::{cluster_for, gpu_for};
 pub use ranking::{ranking_per_source, spearman, RankingStats};
+pub use regimes::{
+    default_regimes_path, evaluate_regimes, load_regime_cases, RegimeCase, RegimeMeasure,
+    RegimeOutcome,
+};
 pub use report::render_validation_markdown;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,155 @@
+//! The four regimes of published runs no calibration sees (`data/regimes/runs.csv`), each
+//! written as a spec from its paper: the trend each shows is a mechanism the cost model must
+//! have, and the level is the error the README reports.
+
+use std::collections::BTreeMap;
+
+use tessel_grammar::OverlapSpec;
+use tessel_symbolic::cost::CostModel;
+use tessel_symbolic::validation::{
+    default_regimes_path, evaluate_regimes, load_regime_cases, RegimeOutcome,
+};
+
+fn outcomes() -> Vec<RegimeOutcome> {
+    let cases = load_regime_cases(&default_regimes_path()).expect("data/regimes/runs.csv");
+    evaluate_regimes(&cases).expect("every regime row is costable")
+}
+
+fn regime<'a>(all: &'a [RegimeOutcome], name: &str, model: &str) -> Vec<&'a RegimeOutcome> {
+    let mut rows: Vec<_> = all
+        .iter()
+        .filter(|o| o.case.regime == name && o.case.model.contains(model))
+        .collect();
+    rows.sort_by_key(|o| o.case.gpus);
+    rows
+}
+
+#[test]
+fn zero3_step_time_stays_flat_as_gpus_double_at_a_fixed_batch() {
+    // Narayanan et al. 2021, Table 2: GPT-3 175B under DeepSpeed ZeRO-3 at batch 1536 on 384,
+    // 768 and 1,536 A100s runs 144, 88 and 44 TFLOP/s per GPU: step times 81.6, 66.8, 66.8 s.
+    // Per-layer gathers over the whole data-parallel group pay a ring step per rank, so the
+    // communication grows as the compute per GPU shrinks.
+    let all = outcomes();
+    let rows = regime(&all, "zero3_scale", "174.6B");
+    let steps: Vec<f64> = rows.iter().map(|o| o.estimate.step_time_s).collect();
+    assert_eq!(steps.len(), 3);
+    assert!(steps[2] / steps[1] > 0.85, "1536 vs 768 GPUs: {steps:?}");
+    assert!(steps[1] / steps[0] > 0.6, "768 vs 384 GPUs: {steps:?}");
+    for o in &rows {
+        assert!(
+            o.step_error.abs() < 0.2,
+            "{} GPUs: {:+.3}",
+            o.case.gpus,
+            o.step_error
+        );
+    }
+}
+
+#[test]
+fn overlapped_gradient_reduction_hides_behind_the_backward_pass() {
+    // Llama 3 405B (Dubey et al. 2024, Table 4) at 8,192 and 16,384 H100s, the same 16
+    // sequences per data-parallel rank: 430 and 400 TFLOP/s per GPU. Megatron-style
+    // bucketed reduction behind the backward pass leaves at most the last bucket exposed, so
+    // doubling the data-parallel group costs little.
+    let all = outcomes();
+    let rows = regime(&all, "llama3_405b", "405B");
+    for o in rows.iter().filter(|o| o.case.spec.train.seq_len == 8192) {
+        let step = o.estimate.step_time_s;
+        assert!(
+            o.estimate.time.dp_comm < 0.05 * step,
+            "{}: {:?}",
+            o.case.gpus,
+            o.estimate.time
+        );
+        // The same run with the reduction after the backward pass exposes all of it.
+        let mut spec = o.case.spec.clone();
+        spec.train.overlap = Some(OverlapSpec {
+            grad_reduce: Some(false),
+            param_gather: Some(false),
+            tp_comm: None,
+        });
+        let exposed = CostModel::new(&spec)
+            .unwrap()
+            .estimate(&spec.strategies[0])
+            .unwrap();
+        assert!(exposed.time.dp_comm > 1.5 * o.estimate.time.dp_comm);
+        // At 16,384 GPUs most of what remains is the pipeline bubble of 16 micro-batches on
+        // 16 stages: the paper does not give its interleaving (the spec takes 2 chunks).
+        assert!(
+            o.step_error.abs() < 0.3,
+            "{}: {:+.3}",
+            o.case.gpus,
+            o.step_error
+        );
+    }
+}
+
+#[test]
+fn small_models_run_below_the_efficiency_of_large_ones() {
+    // Narayanan et al. 2021, Table 1: 137 TFLOP/s per GPU for 1.7B on 32 A100s, 163 for 1T
+    // on 3,072: narrow GEMMs fill fewer tiles per wave and the fixed per-layer costs weigh
+    // more.
+    let all = outcomes();
+    let rows: Vec<_> = all
+        .iter()
+        .filter(|o| o.case.regime == "megatron_a100" && o.case.spec_text.contains("Table 1"))
+        .collect();
+    assert_eq!(rows.len(), 10);
+    let smallest = rows.iter().min_by_key(|o| o.case.gpus).unwrap();
+    let largest = rows.iter().max_by_key(|o| o.case.gpus).unwrap();
+    assert!(
+        smallest.estimate.hardware_tflops_per_gpu < largest.estimate.hardware_tflops_per_gpu,
+        "{} vs {}",
+        smallest.estimate.hardware_tflops_per_gpu,
+        largest.estimate.hardware_tflops_per_gpu
+    );
+    for o in &rows {
+        assert!(
+            o.step_error.abs() < 0.2,
+            "{}: {:+.3}",
+            o.case.model,
+            o.step_error
+        );
+    }
+}
+
+#[test]
+fn moe_layers_cost_their_expert_loop_and_permutations() {
+    // MegaScale-MoE (Jin et al. 2025, Table 3): a 352B MoE (32 experts, top-3, experts split
+    // by tensor parallelism) under Megatron-LM on 240 to 1,440 H800s at a fixed batch of 720:
+    // 39.9 s to 7.9 s, 630 to 519 tokens/s per GPU. With the experts run one after another at
+    // the few hundred tokens each sees, the per-GPU rate falls as the pipeline bubble and the
+    // data-parallel traffic grow. The level is still optimistic (docs/VALIDATION.md): the
+    // bound below is where the model stands, not a target.
+    let all = outcomes();
+    let rows = regime(&all, "moe_h800", "352B");
+    assert_eq!(rows.len(), 5);
+    let rate = |o: &RegimeOutcome| o.estimate.tokens_per_s_per_gpu;
+    assert!(rate(rows[4]) < 0.95 * rate(rows[0]), "{} vs {}", rate(rows[4]), rate(rows[0]));
+    for o in &rows {
+        assert!(o.step_error.abs() < 0.45, "{} GPUs: {:+.3}", o.case.gpus, o.step_error);
+    }
+}
+
+#[test]
+fn no_regime_is_biased_beyond_its_reported_bound() {
+    let all = outcomes();
+    let mut by_regime: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for o in &all {
+        by_regime
+            .entry(&o.case.regime)
+            .or_default()
+            .push(o.step_error);
+    }
+    let mut total = Vec::new();
+    for (name, errors) in &by_regime {
+        let bias = errors.iter().sum::<f64>() / errors.len() as f64;
+        // The MoE regime's known gap (see the MoE test); every other within 15 %.
+        let bound = if *name == "moe_h800" { 0.4 } else { 0.15 };
+        assert!(bias.abs() < bound, "{name}: bias {bias:+.3}");
+        total.extend(errors.iter().map(|e| e.abs()));
+    }
+    let mean = total.iter().sum::<f64>() / total.len() as f64;
+    assert!(mean < 0.15, "mean {mean:.3}");
+}
