@@ -85,7 +85,13 @@ fn one_box_per_forward_and_backward() {
         c.pp as usize
     );
 
-    let (path, plan) = make_plan(dir.path(), "mixtral", "specs/mixtral-8x7b.tsl", &[]);
+    // An expert-parallel, interleaved pipeline: the spec's Megatron-Core-style strategy.
+    let (path, plan) = make_plan(
+        dir.path(),
+        "mixtral",
+        "specs/mixtral-8x7b.tsl",
+        &["--strategy", "megatron_core_style"],
+    );
     let c = plan.config;
     let html = make_report(&path, &[]);
     let boxes = (c.pp * c.microbatches * c.interleave) as usize;

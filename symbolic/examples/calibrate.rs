@@ -37,49 +37,135 @@ struct State {
     ada: KernelEfficiency,
 }
 
-/// A fitted parameter: its name and the range the search may use.
+/// A fitted parameter: its name, the range the search may use, and the rows that carry it.
 struct Parameter {
     name: &'static str,
     low: f64,
     high: f64,
+    data: &'static str,
 }
 
-const fn parameter(name: &'static str, low: f64, high: f64) -> Parameter {
-    Parameter { name, low, high }
+const fn parameter(name: &'static str, low: f64, high: f64, data: &'static str) -> Parameter {
+    Parameter {
+        name,
+        low,
+        high,
+        data,
+    }
 }
 
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, link efficiencies between half and
 /// 95 % of the link rate, overlaps between none and full, at most 100 µs per layer pass.
 const THROUGHPUT: [Parameter; 15] = [
-    parameter("ampere.matmul", 0.55, 0.92),
-    parameter("volta.matmul", 0.55, 0.92),
-    parameter("hopper.matmul", 0.50, 0.85),
-    parameter("ada.matmul", 0.55, 0.92),
-    parameter("hopper.fp8_matmul", 0.35, 0.85),
-    parameter("ampere.attention", 0.15, 0.75),
-    parameter("hopper.attention", 0.15, 0.75),
-    parameter("hopper.native_attention", 0.15, 0.85),
-    parameter("ampere.memory", 0.40, 0.92),
-    parameter("hopper.memory", 0.40, 0.92),
-    parameter("pp_exposed", 0.0, 1.0),
-    parameter("layer_overhead_s", 0.0, 100e-6),
+    parameter(
+        "ampere.matmul",
+        0.55,
+        0.92,
+        "A100 runs: Korthikanti, BLOOM, MT-NLG, MPT A100, torchtitan A100",
+    ),
+    parameter("volta.matmul", 0.55, 0.92, "V100 runs: Megatron-LM README"),
+    parameter(
+        "hopper.matmul",
+        0.50,
+        0.85,
+        "H100 bf16 runs: MPT H100, torchtitan, NeMo",
+    ),
+    parameter("ada.matmul", 0.55, 0.92, "L4 runs: Mist"),
+    parameter(
+        "hopper.fp8_matmul",
+        0.35,
+        0.85,
+        "H100 fp8 runs: NeMo, torchtitan float8, MPT amp_fp8",
+    ),
+    parameter(
+        "ampere.attention",
+        0.15,
+        0.75,
+        "A100 runs with flash attention",
+    ),
+    parameter(
+        "hopper.attention",
+        0.15,
+        0.75,
+        "flash-attention 2 on H100: MPT H100, torchtitan",
+    ),
+    parameter(
+        "hopper.native_attention",
+        0.15,
+        0.85,
+        "Transformer Engine attention on H100: NeMo",
+    ),
+    parameter(
+        "ampere.memory",
+        0.40,
+        0.92,
+        "A100 and V100 runs (elementwise passes)",
+    ),
+    parameter(
+        "hopper.memory",
+        0.40,
+        0.92,
+        "H100 runs (elementwise passes)",
+    ),
+    parameter(
+        "pp_exposed",
+        0.0,
+        1.0,
+        "pipelined runs: Korthikanti, NeMo, MT-NLG, torchtitan PP",
+    ),
+    parameter("layer_overhead_s", 0.0, 100e-6, "every run"),
     // DeepSpeed's kernels relative to Megatron-LM's: between much slower and a little faster.
-    parameter("deepspeed_kernels", 0.6, 1.1),
+    parameter(
+        "deepspeed_kernels",
+        0.6,
+        1.1,
+        "DeepSpeed runs: BLOOM, MT-NLG",
+    ),
     // Row-scaled FP8 GEMMs relative to tensor-scaled ones: from a third as fast to as fast.
-    parameter("fp8_rowwise_matmul", 0.33, 1.0),
+    parameter(
+        "fp8_rowwise_matmul",
+        0.33,
+        1.0,
+        "torchtitan row-wise float8 rows",
+    ),
     // GEMMs on misaligned operands: from CUDA cores at a fifth of their peak to full speed.
-    parameter("misaligned_matmul", 0.05, 1.0),
+    parameter("misaligned_matmul", 0.05, 1.0, "BLOOM head-count sweeps"),
 ];
 
 /// The memory overheads and their plausible ranges.
 const MEMORY: [Parameter; 5] = [
-    parameter("cuda_context_bytes", 0.5e9, 3.0e9),
-    parameter("comm_buffer_bytes", 0.25e9, 3.0e9),
-    parameter("fragmentation", 0.03, 0.30),
-    parameter("logits_bytes_per_element", 6.0, 12.0),
+    parameter(
+        "cuda_context_bytes",
+        0.5e9,
+        3.0e9,
+        "memory rows: BLOOM, torchtitan, Mist",
+    ),
+    parameter(
+        "comm_buffer_bytes",
+        0.25e9,
+        3.0e9,
+        "memory rows: BLOOM, torchtitan, Mist",
+    ),
+    parameter(
+        "fragmentation",
+        0.03,
+        0.30,
+        "memory rows: BLOOM, torchtitan, Mist",
+    ),
+    parameter(
+        "logits_bytes_per_element",
+        6.0,
+        12.0,
+        "memory rows: BLOOM, torchtitan, Mist",
+    ),
     // Cached freed blocks in reserved readings: none up to half the dynamic memory again.
-    parameter("allocator_cache", 0.0, 0.5),
+    parameter(
+        "allocator_cache",
+        0.0,
+        0.5,
+        "reserved-memory rows: BLOOM, torchtitan",
+    ),
 ];
 
 impl State {
@@ -127,6 +213,11 @@ impl State {
         self.volta.memory = self.ampere.memory;
         // Off Hopper, Transformer Engine's attention and flash-attention 2 are of a kind.
         self.ampere.native_attention = self.ampere.attention;
+    }
+
+    fn clone_get(&self, name: &str) -> f64 {
+        let mut copy = *self;
+        copy.get(name)
     }
 
     fn get(&mut self, name: &str) -> f64 {
@@ -313,6 +404,10 @@ fn main() {
         }
     }
     let all: Vec<&Case> = cases.iter().filter(|c| c.throughput.is_some()).collect();
+    if std::env::var_os("PARAMETERS").is_some() {
+        print_parameter_table(&committed);
+        return;
+    }
 
     // The coordinate search finds a local minimum: the full fit starts from the round priors
     // and from the committed values and keeps the better. Held-out fits start from the
@@ -326,6 +421,7 @@ fn main() {
     let memory_cases: Vec<&Case> = cases.iter().collect();
     search(&MEMORY, &memory_cases, &mut fitted, memory_objective);
     println!("{fitted:#?}");
+    print_parameter_table(&fitted);
     let full_outs = outcomes(&memory_cases, &fitted);
     let (wrong_fit, wrong_oom) = fit_mistakes(&full_outs);
     println!("completed runs predicted not to fit: {wrong_fit}; out-of-memory runs predicted to fit: {wrong_oom}");
@@ -409,6 +505,36 @@ fn main() {
         &fitted,
         &state,
     );
+}
+
+/// Every fitted value, its range, the rows that carry it, and whether it sits on a bound.
+fn print_parameter_table(state: &State) {
+    println!("\n| parameter | value | range | fitted on | on a bound |");
+    println!("|---|---:|---|---|---|");
+    for parameter in THROUGHPUT.iter().chain(&MEMORY) {
+        let value = state.clone_get(parameter.name);
+        let on_bound = (value - parameter.low).abs() <= 1e-9 * parameter.low.abs().max(1e-12)
+            || (value - parameter.high).abs() <= 1e-9 * parameter.high.abs();
+        println!(
+            "| `{}` | {} | {} – {} | {} | {} |",
+            parameter.name,
+            significant(value),
+            significant(parameter.low),
+            significant(parameter.high),
+            parameter.data,
+            if on_bound { "**yes**" } else { "no" }
+        );
+    }
+}
+
+fn significant(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_string()
+    } else if x.abs() >= 1e6 || x.abs() < 1e-3 {
+        format!("{x:.3e}")
+    } else {
+        format!("{:.4}", x)
+    }
 }
 
 /// One line of a held-out table: the rows' mean error under the full fit and under `state`.

@@ -126,9 +126,19 @@ fn moe_layers_cost_their_expert_loop_and_permutations() {
     let rows = regime(&all, "moe_h800", "352B");
     assert_eq!(rows.len(), 5);
     let rate = |o: &RegimeOutcome| o.estimate.tokens_per_s_per_gpu;
-    assert!(rate(rows[4]) < 0.95 * rate(rows[0]), "{} vs {}", rate(rows[4]), rate(rows[0]));
+    assert!(
+        rate(rows[4]) < 0.95 * rate(rows[0]),
+        "{} vs {}",
+        rate(rows[4]),
+        rate(rows[0])
+    );
     for o in &rows {
-        assert!(o.step_error.abs() < 0.45, "{} GPUs: {:+.3}", o.case.gpus, o.step_error);
+        assert!(
+            o.step_error.abs() < 0.45,
+            "{} GPUs: {:+.3}",
+            o.case.gpus,
+            o.step_error
+        );
     }
 }
 
