@@ -20,14 +20,18 @@ fn main() {
     for score in &scores {
         let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
             / score.held_out.len().max(1) as f64;
+        let in_fit = if score.in_fit.is_empty() {
+            "–".to_string()
+        } else {
+            format!("{:.1} %", 100.0 * PrimitiveScore::median_abs(&score.in_fit))
+        };
         println!(
-            "| {} | {} | {} | {:.1} % | {:.1} % | {:.1} % |",
+            "| {} | {} | {} | {:.1} % | {:.1} % | {in_fit} |",
             score.kind,
             score.rows,
             score.sources,
             100.0 * PrimitiveScore::median_abs(&score.held_out),
             100.0 * mean,
-            100.0 * PrimitiveScore::median_abs(&score.in_fit),
         );
     }
     println!("\n{fitted:#?}");

@@ -121,7 +121,7 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
         Precision::Fp32 => (None, None),
     };
 
-    let zero = zero_section(strategy, &mut report);
+    let zero = zero_section(spec, strategy, &mut report);
     let activation_checkpointing = checkpointing_section(spec, strategy, &mut report);
     report.note("gradient_clipping 1.0 is the customary value; Tessel's spec does not set one");
     if zero.offload_optimizer.is_some() {
@@ -216,13 +216,16 @@ fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
     }
 }
 
-fn zero_section(strategy: &Strategy, report: &mut Report) -> Zero {
+fn zero_section(spec: &Spec, strategy: &Strategy, report: &mut Report) -> Zero {
     let stage = zero_stage(strategy);
+    // `overlap_comm` as the spec's `train.overlap.grad_reduce` (DeepSpeed's defaults unless
+    // written: on under ZeRO-3 only).
+    let overlap = spec.train.overlap(stage == 3);
     let offload = strategy.offload;
     let sharded = stage >= 1;
     let mut zero = Zero {
         stage,
-        overlap_comm: sharded.then_some(true),
+        overlap_comm: sharded.then_some(overlap.grad_reduce),
         contiguous_gradients: sharded.then_some(true),
         reduce_bucket_size: sharded.then_some(BUCKET_SIZE),
         allgather_bucket_size: (stage == 1 || stage == 2).then_some(BUCKET_SIZE),

@@ -171,6 +171,17 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
             tessel_grammar::Optimizer::Sgd => "sgd",
         },
     );
+    // What the spec overlaps (`train.overlap`, Megatron-Core's defaults unless written).
+    let overlap = spec.train.overlap(zero_stage(strategy) == 3);
+    if overlap.grad_reduce && strategy.dp.max(strategy.cp) > 1 {
+        flags.switch("--overlap-grad-reduce");
+    }
+    if overlap.param_gather && zero_stage(strategy) >= 1 && strategy.dp.max(strategy.cp) > 1 {
+        flags.switch("--overlap-param-gather");
+    }
+    if overlap.tp_comm && strategy.tp > 1 {
+        flags.switch("--tp-comm-overlap");
+    }
     match zero_stage(strategy) {
         0 => {}
         1 => flags.switch("--use-distributed-optimizer"),

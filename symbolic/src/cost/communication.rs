@@ -20,8 +20,9 @@ use crate::Expr;
 pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr {
     let bytes = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
     let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
-    let single = above(ctx.t.clone(), 1.0);
-    let pass = k(2.0) * single * ctx.all_reduce(bytes, &ring);
+    // A group of one calls nothing (the primitive would still charge a call's latency).
+    let several = above(ctx.t.clone(), 1.0);
+    let pass = k(2.0) * several * ctx.all_reduce(bytes, &ring);
     if ctx.gathers_fp8() {
         let pass = ctx.bind(pass);
         let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);
