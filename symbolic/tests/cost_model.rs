@@ -1228,3 +1228,28 @@ fn expert_dispatch_moves_each_ranks_sequence_shard() {
     let replicated = ep_comm(&s, 2) - ep_comm(&s, 1);
     assert!(close(replicated, 4.0 * all_to_all * t, 1e-9));
 }
+
+#[test]
+fn overlapped_tensor_parallel_collectives_expose_only_what_exceeds_their_gemms() {
+    let tp_comm = |tp_comm: bool, hidden: u64| {
+        let mut spec = spec(gpt(8, hidden, 32), 1, 8);
+        spec.train.overlap = Some(OverlapSpec {
+            grad_reduce: None,
+            param_gather: None,
+            tp_comm: Some(tp_comm),
+        });
+        let model = CostModel::with_calibration(&spec, bare()).unwrap();
+        model.stage_outputs(
+            &strategy(1, 8, 1, 1),
+            0,
+            8,
+            Recompute::None,
+            Offload::default(),
+        )[Output::TpComm.index()]
+    };
+    // A wide model's GEMMs outlast its all-reduces: overlapped, nothing is exposed.
+    assert!(tp_comm(false, 8192) > 0.0);
+    assert_eq!(tp_comm(true, 8192), 0.0);
+    // Never more than without overlap.
+    assert!(tp_comm(true, 1024) <= tp_comm(false, 1024));
+}

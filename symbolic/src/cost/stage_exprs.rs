@@ -150,9 +150,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let tp = if ctx.overlap.tp_comm {
         let gemms = (layers.clone() + full.clone())
             * (layer.attention_gemm_fwd.clone() + layer.mlp_gemm_fwd.clone())
-            + layers.clone()
-                * k(2.0)
-                * (layer.attention_gemm_fwd.clone() + layer.mlp_gemm_fwd.clone());
+            + layers.clone() * (layer.attention_gemm_bwd.clone() + layer.mlp_gemm_bwd.clone());
         Expr::max([tp - gemms, k(0.0)])
     } else {
         tp
