@@ -1,24 +1,23 @@
-//! Calibratable parameters of the cost model: how far below peak each GPU generation runs, how
-//! much of a link's bandwidth collectives reach, what overlaps, and fixed memory overheads.
+//! Calibratable parameters of the cost model: how far below peak each GPU generation runs in a
+//! training step, the NCCL primitive's parameters, and fixed memory overheads.
 //!
-//! The parameters below were fitted offline (`cargo run --release -p tessel-symbolic --example
-//! calibrate`) by a coordinate search inside physically plausible ranges, on every published
-//! source with complete configurations, each source weighing the same, with Korthikanti et
-//! al.'s Table 5 target as an extra term, starting from round priors and from the committed
-//! values and keeping the better fit. Fitted (20 for throughput): Ampere, Volta and Hopper
-//! bf16 `matmul`, Hopper `fp8_matmul`, the half-efficiency GEMM dimension (one value; Volta
-//! shares Ampere's, Hopper keeps its prior ratio 160/132.9 to it), Ampere and Hopper
-//! `attention`, Hopper `native_attention` (Ampere's is its `attention`), Ampere (shared by
-//! Volta) and Hopper `memory`, Ada `matmul` (the L4, whose
-//! 72 W limit holds it far below its boost-clock peak), the two NCCL efficiencies,
-//! `dp_overlap`, `zero3_overlap`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`,
-//! `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only data) and
-//! `misaligned_matmul` (BLOOM's sweeps over head counts are its only data); then the memory
-//! overheads (CUDA context, NCCL buffers, fragmentation, logits bytes, the allocator's cache
-//! in reserved readings) against the measured memory, penalising completed runs predicted not
-//! to fit. Leave-one-source-out
-//! cross-validation of the same procedure, and which parameters sit on their bounds, are in
-//! `docs/VALIDATION.md`. Everything not named here (Ada's other fractions, unknown GPUs, `tp_overlap`,
+//! NCCL's (`Calibration::collectives`) are fitted on nccl-tests measurements
+//! (`primitives::fit`), never on training runs. The rest were fitted offline (`cargo run
+//! --release -p tessel-symbolic --example calibrate`) by a coordinate search inside physically
+//! plausible ranges, on every published source with complete configurations, each source
+//! weighing the same, with Korthikanti et al.'s Table 5 target as an extra term, starting from
+//! round priors and from the committed values and keeping the better fit. Fitted (15 for
+//! throughput): Ampere, Volta, Hopper and Ada `matmul` (the level of a large GEMM's rate in a
+//! step; shapes are the GEMM primitive's), Hopper `fp8_matmul`, Ampere and Hopper `attention`,
+//! Hopper `native_attention` (Ampere's is its `attention`), Ampere (shared by Volta) and Hopper
+//! `memory`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`, `fp8_rowwise_matmul`
+//! (torchtitan's row-wise float8 runs are its only data) and `misaligned_matmul` (BLOOM's sweeps
+//! over head counts are its only data); then the memory overheads (CUDA context, NCCL buffers,
+//! fragmentation, logits bytes, the allocator's cache in reserved readings) against the
+//! measured memory, penalising completed runs predicted not to fit. What overlaps is
+//! configuration (`train.overlap`), not a parameter. The held-out errors (one source, one GPU
+//! generation or the large runs left out) and every parameter with its range and bound are in
+//! `docs/VALIDATION.md`. Everything not named here (Ada's other fractions, unknown GPUs,
 //! `ep_overlap`, optimizer bytes) is a prior.
 
 use tessel_grammar::{Framework, GpuSpec};
