@@ -255,6 +255,14 @@ fn deepspeed_keeps_half_gradients_beside_an_fp32_buffer() {
     s.zero = 2;
     let expected = (2.0 + 4.0) / 8.0 * layer_params;
     assert!(close(layer_gradient_bytes(&deepspeed, &s), expected, 1e-12));
+    // bf16 under ZeRO-2 and 3 runs DeepSpeed's ZeRO optimizers, not its full-buffer
+    // BF16_Optimizer: both copies are the rank's partition.
+    deepspeed.train.precision = Precision::Bf16;
+    for zero in [2, 3] {
+        s.zero = zero;
+        let expected = (2.0 + 4.0) / 8.0 * layer_params;
+        assert!(close(layer_gradient_bytes(&deepspeed, &s), expected, 1e-12));
+    }
 }
 
 #[test]

@@ -132,14 +132,15 @@ pub(crate) struct StageMemory {
 /// Gradient bytes per GPU. Megatron and FSDP accumulate and reduce one gradient copy (fp32
 /// for bf16, see `StateBytes::gradient`), sharded from ZeRO-2 on. DeepSpeed keeps the
 /// model's half-precision gradients (sharded from ZeRO-2 on) and an fp32 copy beside them:
-/// its bf16 optimizer accumulates into a full-size fp32 buffer, its fp16 ZeRO optimizer
-/// converts each rank's partition (sharded from ZeRO-1 on).
+/// its bf16 optimizer (`BF16_Optimizer`, which DeepSpeed runs up to ZeRO-1) accumulates into a
+/// full-size fp32 buffer, while its ZeRO-2/3 optimizers keep only the rank's partition; its
+/// fp16 ZeRO optimizer converts each rank's partition (sharded from ZeRO-1 on).
 fn gradient_bytes(ctx: &Ctx, z1: Expr, z2: Expr) -> Expr {
     if ctx.framework != Framework::Deepspeed || ctx.precision == Precision::Fp32 {
         return k(ctx.bytes.gradient) * sharded_params(ctx, z2);
     }
     let fp32_sharding = match ctx.precision {
-        Precision::Bf16 => k(0.0),
+        Precision::Bf16 => z2.clone(),
         _ => z1,
     };
     k(ctx.bytes.weight) * sharded_params(ctx, z2) + k(4.0) * sharded_params(ctx, fp32_sharding)
