@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::attention::{attention_tflops, AttentionKernel, AttentionParams};
-use super::collective::{collective_time, CollectiveParams, Group};
+use super::collective::{collective_time, Collective, CollectiveParams, Group};
 use super::gemm::{gemm_time, GemmParams};
 use super::microbench::{
     AttentionMeasurement, CollectiveMeasurement, GemmMeasurement, MemoryMeasurement,
@@ -68,10 +68,10 @@ pub fn minimize(loss: impl Fn(&[f64]) -> f64, start: &[f64], ranges: &[Range]) -
 }
 
 /// Mean over sources of the mean absolute log ratio within each source.
-fn source_weighted<T>(rows: &[&T], source: impl Fn(&T) -> &str, error: impl Fn(&T) -> f64) -> f64 {
+fn source_weighted<T: Sourced>(rows: &[&T], error: impl Fn(&T) -> f64) -> f64 {
     let mut by_source: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
     for row in rows {
-        let entry = by_source.entry(source(row)).or_default();
+        let entry = by_source.entry(row.source()).or_default();
         entry.0 += error(row).abs();
         entry.1 += 1;
     }
@@ -136,11 +136,7 @@ pub fn fit_collectives(
 ) -> CollectiveParams {
     let loss = |x: &[f64]| {
         let params = collective_params(x);
-        source_weighted(
-            rows,
-            |r| &r.source,
-            |r| (predict_collective(r, &params) / r.seconds).ln(),
-        )
+        source_weighted(rows, |r| (predict_collective(r, &params) / r.seconds).ln())
     };
     collective_params(&minimize(
         loss,
@@ -186,11 +182,7 @@ pub fn gemm_generation(row: &GemmMeasurement) -> GpuGeneration {
 pub fn fit_gemms(rows: &[&GemmMeasurement], start: &GemmParams) -> GemmParams {
     let loss = |x: &[f64]| {
         let params = gemm_params(x);
-        source_weighted(
-            rows,
-            |r| &r.source,
-            |r| (predict_gemm(r, &params) / r.seconds).ln(),
-        )
+        source_weighted(rows, |r| (predict_gemm(r, &params) / r.seconds).ln())
     };
     gemm_params(&minimize(loss, &gemm_values(start), &GEMM_RANGES))
 }
@@ -239,11 +231,7 @@ pub fn predict_attention(row: &AttentionMeasurement, params: &AttentionParams) -
 pub fn fit_attention(rows: &[&AttentionMeasurement], start: &AttentionParams) -> AttentionParams {
     let loss = |x: &[f64]| {
         let params = attention_params(x);
-        source_weighted(
-            rows,
-            |r| &r.source,
-            |r| (r.tflops / predict_attention(r, &params)).ln(),
-        )
+        source_weighted(rows, |r| (r.tflops / predict_attention(r, &params)).ln())
     };
     attention_params(&minimize(loss, &attention_values(start), &ATTENTION_RANGES))
 }
@@ -320,11 +308,65 @@ fn generation_label(generation: GpuGeneration) -> &'static str {
     }
 }
 
-fn sources<'a, T>(rows: &[&'a T], source: impl Fn(&'a T) -> &'a str) -> Vec<&'a str> {
-    let mut all: Vec<&str> = rows.iter().map(|r| source(r)).collect();
+/// A measurement's published source, the unit a primitive is held out by.
+trait Sourced {
+    fn source(&self) -> &str;
+}
+
+impl Sourced for CollectiveMeasurement {
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl Sourced for GemmMeasurement {
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl Sourced for AttentionMeasurement {
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+impl Sourced for MemoryMeasurement {
+    fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// The distinct sources of `rows`, sorted.
+fn sources<'a, T: Sourced>(rows: &[&'a T]) -> Vec<&'a str> {
+    let mut all: Vec<&str> = rows.iter().map(|r| r.source()).collect();
     all.sort_unstable();
     all.dedup();
     all
+}
+
+/// Each row's error under the parameters `fit` finds without the row's source (leave one
+/// source out), in the order of `rows`.
+fn held_out_errors<T: Sourced, P>(
+    rows: &[&T],
+    fit: impl Fn(&[&T]) -> P,
+    error: impl Fn(&T, &P) -> f64,
+) -> Vec<f64> {
+    let mut errors = vec![0.0; rows.len()];
+    for source in sources(rows) {
+        let kept: Vec<&T> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.source() != source)
+            .collect();
+        let without = fit(&kept);
+        for (slot, row) in errors.iter_mut().zip(rows) {
+            if row.source() == source {
+                *slot = error(row, &without);
+            }
+        }
+    }
+    errors
 }
 
 /// Fits every primitive on all of `data` and scores each kind with its sources held out.
@@ -333,61 +375,48 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
 
     // Collectives: one parameter set for every kind, fitted on systems running as expected,
     // scored per kind; systems reported degraded are scored apart under the full fit.
-    let all: Vec<&CollectiveMeasurement> = data.collectives.iter().collect();
-    let rows: Vec<&CollectiveMeasurement> = all
+    let rows: Vec<&CollectiveMeasurement> = data
+        .collectives
         .iter()
-        .copied()
         .filter(|r| !r.reported_degraded)
         .collect();
     let start = CollectiveParams::default();
     let full = fit_collectives(&rows, &start);
-    let mut by_kind: BTreeMap<&'static str, PrimitiveScore> = BTreeMap::new();
-    for source in sources(&rows, |r| &r.source) {
-        let kept: Vec<_> = rows
-            .iter()
-            .copied()
-            .filter(|r| r.source != source)
-            .collect();
-        let without = fit_collectives(&kept, &start);
-        for row in rows.iter().filter(|r| r.source == source) {
-            let score = by_kind.entry(row.kind.name()).or_default();
-            score.held_out.push(relative_error(
-                predict_collective(row, &without),
-                row.seconds,
-            ));
-        }
+    let error = |r: &CollectiveMeasurement, p: &CollectiveParams| {
+        relative_error(predict_collective(r, p), r.seconds)
+    };
+    let held_out = held_out_errors(&rows, |kept| fit_collectives(kept, &start), error);
+    let mut kinds: Vec<Collective> = rows.iter().map(|r| r.kind).collect();
+    kinds.sort_unstable_by_key(|k| k.name());
+    kinds.dedup();
+    for kind in kinds {
+        let of_kind = |r: &&CollectiveMeasurement| r.kind == kind;
+        let kind_rows: Vec<&CollectiveMeasurement> = rows.iter().copied().filter(of_kind).collect();
+        scores.push(PrimitiveScore {
+            kind: format!("collective: {}", kind.name()),
+            rows: kind_rows.len(),
+            sources: sources(&kind_rows).len(),
+            in_fit: kind_rows.iter().map(|r| error(r, &full)).collect(),
+            held_out: rows
+                .iter()
+                .zip(&held_out)
+                .filter(|(r, _)| of_kind(r))
+                .map(|(_, e)| *e)
+                .collect(),
+        });
     }
-    for (kind, mut score) in by_kind {
-        let kind_rows: Vec<&CollectiveMeasurement> = rows
-            .iter()
-            .copied()
-            .filter(|r| r.kind.name() == kind)
-            .collect();
-        score.kind = format!("collective: {kind}");
-        score.rows = kind_rows.len();
-        score.sources = sources(&kind_rows, |r| &r.source).len();
-        score.in_fit = kind_rows
-            .iter()
-            .map(|r| relative_error(predict_collective(r, &full), r.seconds))
-            .collect();
-        scores.push(score);
-    }
-    let degraded: Vec<&CollectiveMeasurement> = all
+    let degraded: Vec<&CollectiveMeasurement> = data
+        .collectives
         .iter()
-        .copied()
         .filter(|r| r.reported_degraded)
         .collect();
     if !degraded.is_empty() {
-        let errors: Vec<f64> = degraded
-            .iter()
-            .map(|r| relative_error(predict_collective(r, &full), r.seconds))
-            .collect();
         scores.push(PrimitiveScore {
             kind: "collective: systems reported degraded (never fitted)".to_string(),
             rows: degraded.len(),
-            sources: sources(&degraded, |r| &r.source).len(),
+            sources: sources(&degraded).len(),
             in_fit: Vec::new(),
-            held_out: errors,
+            held_out: degraded.iter().map(|r| error(r, &full)).collect(),
         });
     }
 
@@ -404,34 +433,20 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         }
         let start = GemmParams::for_generation(generation);
         let fitted = fit_gemms(&rows, &start);
-        let mut score = PrimitiveScore {
+        let error =
+            |r: &GemmMeasurement, p: &GemmParams| relative_error(predict_gemm(r, p), r.seconds);
+        scores.push(PrimitiveScore {
             kind: format!("GEMM: {}", generation_label(generation)),
             rows: rows.len(),
-            sources: sources(&rows, |r| &r.source).len(),
-            ..Default::default()
-        };
-        score.in_fit = rows
-            .iter()
-            .map(|r| relative_error(predict_gemm(r, &fitted), r.seconds))
-            .collect();
-        for source in sources(&rows, |r| &r.source) {
-            let kept: Vec<_> = rows
-                .iter()
-                .copied()
-                .filter(|r| r.source != source)
-                .collect();
-            let without = fit_gemms(&kept, &start);
-            for row in rows.iter().filter(|r| r.source == source) {
-                score
-                    .held_out
-                    .push(relative_error(predict_gemm(row, &without), row.seconds));
-            }
-        }
+            sources: sources(&rows).len(),
+            in_fit: rows.iter().map(|r| error(r, &fitted)).collect(),
+            held_out: held_out_errors(&rows, |kept| fit_gemms(kept, &start), error),
+        });
         gemms.insert(generation_label(generation), fitted);
-        scores.push(score);
     }
 
-    // Attention: one parameter set per (generation, kernel class).
+    // Attention: one parameter set per (generation, kernel class); errors of the time the
+    // rate implies.
     let mut attention = BTreeMap::new();
     let mut classes: BTreeMap<String, Vec<&AttentionMeasurement>> = BTreeMap::new();
     for row in &data.attention {
@@ -450,32 +465,27 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         kind: "attention (fused kernels)".to_string(),
         ..Default::default()
     };
+    let error = |r: &AttentionMeasurement, p: &AttentionParams| {
+        relative_error(predict_attention(r, p), r.tflops).recip_rate()
+    };
     for (class, rows) in &classes {
         let start = AttentionParams::default();
         let fitted = fit_attention(rows, &start);
         attention_score.rows += rows.len();
-        attention_score.sources += sources(rows, |r| &r.source).len();
-        attention_score.in_fit.extend(
-            rows.iter()
-                .map(|r| relative_error(predict_attention(r, &fitted), r.tflops).recip_rate()),
-        );
-        for source in sources(rows, |r| &r.source) {
-            let kept: Vec<_> = rows
-                .iter()
-                .copied()
-                .filter(|r| r.source != source)
-                .collect();
-            let without = if kept.is_empty() {
+        attention_score.sources += sources(rows).len();
+        attention_score
+            .in_fit
+            .extend(rows.iter().map(|r| error(r, &fitted)));
+        let fit = |kept: &[&AttentionMeasurement]| {
+            if kept.is_empty() {
                 start
             } else {
-                fit_attention(&kept, &start)
-            };
-            for row in rows.iter().filter(|r| r.source == source) {
-                attention_score.held_out.push(
-                    relative_error(predict_attention(row, &without), row.tflops).recip_rate(),
-                );
+                fit_attention(kept, &start)
             }
-        }
+        };
+        attention_score
+            .held_out
+            .extend(held_out_errors(rows, fit, error));
         attention.insert(class.clone(), fitted);
     }
     scores.push(attention_score);
@@ -483,31 +493,16 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     // Memory-bound passes: one fraction of datasheet bandwidth.
     let rows: Vec<&MemoryMeasurement> = data.memory.iter().collect();
     let stream_fraction = fit_stream_fraction(&rows);
-    let mut score = PrimitiveScore {
-        kind: "memory-bound pass (HBM)".to_string(),
-        rows: rows.len(),
-        sources: sources(&rows, |r| &r.source).len(),
-        ..Default::default()
-    };
-    let time_error = |fraction: f64, r: &MemoryMeasurement| {
+    let error = |r: &MemoryMeasurement, fraction: &f64| {
         relative_error(r.bandwidth, fraction * r.datasheet_bandwidth)
     };
-    score.in_fit = rows
-        .iter()
-        .map(|r| time_error(stream_fraction, r))
-        .collect();
-    for source in sources(&rows, |r| &r.source) {
-        let kept: Vec<_> = rows
-            .iter()
-            .copied()
-            .filter(|r| r.source != source)
-            .collect();
-        let without = fit_stream_fraction(&kept);
-        for row in rows.iter().filter(|r| r.source == source) {
-            score.held_out.push(time_error(without, row));
-        }
-    }
-    scores.push(score);
+    scores.push(PrimitiveScore {
+        kind: "memory-bound pass (HBM)".to_string(),
+        rows: rows.len(),
+        sources: sources(&rows).len(),
+        in_fit: rows.iter().map(|r| error(r, &stream_fraction)).collect(),
+        held_out: held_out_errors(&rows, fit_stream_fraction, error),
+    });
 
     (
         FittedPrimitives {
