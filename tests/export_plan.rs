@@ -76,11 +76,11 @@ fn a_searched_plan_exports_its_configuration() {
         "deepspeed",
     ]));
     let config: serde_json::Value = serde_json::from_str(&config).expect("DeepSpeed JSON");
-    // The plan: dp 64, micro-batch 2 × 4 per step, ZeRO 2, optimizer offloaded.
+    // The plan: dp 64, micro-batch 1 × 8 per step, ZeRO 1, optimizer offloaded.
     assert_eq!(config["train_batch_size"], 512);
-    assert_eq!(config["train_micro_batch_size_per_gpu"], 2);
-    assert_eq!(config["gradient_accumulation_steps"], 4);
-    assert_eq!(config["zero_optimization"]["stage"], 2);
+    assert_eq!(config["train_micro_batch_size_per_gpu"], 1);
+    assert_eq!(config["gradient_accumulation_steps"], 8);
+    assert_eq!(config["zero_optimization"]["stage"], 1);
     assert_eq!(
         config["zero_optimization"]["offload_optimizer"]["device"],
         "cpu"

@@ -17,6 +17,7 @@ mod blocks;
 mod diagnostic;
 mod eval;
 mod fields;
+mod frameworks;
 mod loader;
 mod model_stats;
 mod parser;
@@ -34,6 +35,7 @@ pub use blocks::cluster::{
     DEFAULT_INTRA_NODE_LATENCY,
 };
 pub use diagnostic::{Diagnostic, Diagnostics};
+pub use frameworks::{ActivationOffload, Capabilities, OptimizerOffload, PartialRecompute};
 pub use model_stats::ParameterCount;
 pub use spec::*;
 

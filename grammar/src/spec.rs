@@ -189,6 +189,11 @@ pub enum Framework {
     /// ranks and batched, fp32 main gradients.
     #[default]
     Megatron,
+    /// Megatron-FSDP (`--use-megatron-fsdp`): Megatron-Core's models and kernels with
+    /// parameters, gradients and optimizer state sharded per module over the data-parallel
+    /// ranks (ZeRO 0–3), no pipeline parallelism.
+    #[serde(rename = "megatron_fsdp")]
+    MegatronFsdp,
     /// Megatron-DeepSpeed and DeepSpeed's pipeline engine: every tensor-parallel rank sends the
     /// whole activation with blocking sends and receives; half-precision gradients beside an
     /// fp32 gradient buffer.
@@ -203,10 +208,9 @@ impl Framework {
         *self == Framework::Megatron
     }
 
-    /// Whether the software runs interleaved (virtual-stage) pipeline schedules: DeepSpeed's
-    /// pipeline engine does not.
-    pub fn interleaves(self) -> bool {
-        self != Framework::Deepspeed
+    /// Megatron-LM or Megatron-FSDP: Megatron-Core's models, kernels and MoE layers.
+    pub fn is_megatron_core(self) -> bool {
+        matches!(self, Framework::Megatron | Framework::MegatronFsdp)
     }
 
     /// Whether the software's FP8 library is torchao (the PyTorch-native stacks) rather than
@@ -219,6 +223,7 @@ impl Framework {
     pub fn name(self) -> &'static str {
         match self {
             Framework::Megatron => "megatron",
+            Framework::MegatronFsdp => "megatron_fsdp",
             Framework::Deepspeed => "deepspeed",
             Framework::Fsdp => "fsdp",
         }

@@ -9,7 +9,7 @@
 //! `sum_weight·Σ_lb + max_weight·T_lb + max tail_min`. The even split gives a feasible step
 //! time, an upper bound.
 
-use tessel_grammar::{Offload, Recompute, Spec, Strategy};
+use tessel_grammar::{Framework, Offload, Recompute, Spec, Strategy};
 use tessel_symbolic::cost::{PipelineShape, StageCost};
 
 use crate::cost_model::StageCostModel;
@@ -66,6 +66,8 @@ pub struct OuterProbe<'a> {
     pub layers: u64,
     pub even: Vec<u64>,
     pub evaluations: u64,
+    /// The spec's training software, whose limits a stage option must respect.
+    pub framework: Framework,
 }
 
 impl<'a> OuterProbe<'a> {
@@ -81,7 +83,15 @@ impl<'a> OuterProbe<'a> {
             layers: spec.model.layers,
             even: even_split(spec.model.layers, outer.pp, outer.interleave),
             evaluations: 0,
+            framework: spec.train.framework,
         }
+    }
+
+    /// Whether the framework runs `option` on a stage of `layers` layers.
+    pub fn runs(&self, layers: u64, option: &StageOption) -> bool {
+        self.framework
+            .stage_limits(&self.strategy, layers, option.recompute, &option.offload)
+            .is_empty()
     }
 
     pub fn cost(&mut self, stage: u64, layers: u64, option: &StageOption) -> StageCost {

@@ -112,9 +112,11 @@ pub fn render_explain(plan: &Plan) -> String {
     }
     let _ = writeln!(
         out,
-        "search: {} combinations, {} rejected by divisibility, {} screened, {} cannot fit, {} beaten by the bound, {} evaluated, {} MILPs.",
+        "search: {} combinations, {} rejected by divisibility, {} not run by {}, {} screened, {} cannot fit, {} beaten by the bound, {} evaluated, {} MILPs.",
         s.candidates_enumerated,
         s.rejected_divisibility,
+        s.rejected_framework,
+        plan.spec.train.framework.software(),
         s.screened,
         s.pruned_memory,
         s.pruned_bound,

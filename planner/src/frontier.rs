@@ -60,6 +60,9 @@ pub fn add_option_points(
     let tolerance = cutoff.abs() * 1e-9;
     for (stage, points) in stages.iter_mut().enumerate() {
         for count in lmin..=lmax {
+            if !probe.runs(count, option) {
+                continue;
+            }
             let others_min = bounds.sum_lower(Some(stage), layers - count, lmin, 0.0);
             let cost = probe.cost(stage as u64, count, option);
             if !probe.fits(&cost) {

@@ -88,6 +88,9 @@ pub struct SearchStats {
     pub candidates_enumerated: u64,
     /// Combinations rejected because a degree does not divide what it must.
     pub rejected_divisibility: u64,
+    /// Combinations the spec's framework cannot run (absent from plans written before it).
+    #[serde(default)]
+    pub rejected_framework: u64,
     /// Valid outer configurations screened with the bounds.
     pub screened: u64,
     /// Screened configurations that cannot fit in memory with any option.

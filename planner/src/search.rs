@@ -257,6 +257,7 @@ pub fn search(
     let mut stats = SearchStats {
         candidates_enumerated: counts.enumerated,
         rejected_divisibility: counts.rejected_divisibility,
+        rejected_framework: counts.rejected_framework,
         ..SearchStats::default()
     };
     if configs.is_empty() {

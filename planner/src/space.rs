@@ -11,14 +11,17 @@
 //! - microbatch: divisors of `global_batch / dp` whose tokens (`microbatch · seq_len`) stay
 //!   within 128Ki, and always 1;
 //! - interleave: 1, plus 2, 3, 4, 6, 8 when `pp > 1`, `pp · v ≤ layers` and the micro-batch
-//!   count is a multiple of `pp` (Megatron's interleaved schedule needs that); only 1 under
-//!   `framework = deepspeed`, whose pipeline engine has no interleaved schedule;
+//!   count is a multiple of `pp` (Megatron's interleaved schedule needs that);
 //! - zero: 0–3 when the sharding group `dp · cp` has more than one rank, else 0;
 //! - sequence_parallel: both when `tp > 1`, else off;
 //! - recompute: none, selective, full, and partial full recompute of ¼, ½ and ¾ of the largest
 //!   even stage's layers;
-//! - offload: none, half or all of the optimizer states, and all optimizer states plus half the
-//!   activations.
+//! - offload: none, half or all of the optimizer states, all optimizer states plus half the
+//!   activations, and weights, gradients and optimizer states together.
+//!
+//! Whatever the candidates, a configuration or stage option the spec's framework cannot run
+//! (`tessel_grammar::Capabilities`: Megatron-LM has no ZeRO-2/3, DeepSpeed's pipeline engine
+//! no interleaving, FSDP2 offloads all its state or none, ...) is left out and counted.
 
 use tessel_grammar::{Choice, Offload, Recompute, SearchSpace, Spec, Strategy};
 
@@ -178,6 +181,8 @@ pub struct EnumerationCounts {
     pub enumerated: u64,
     /// Combinations rejected because a degree does not divide what it must.
     pub rejected_divisibility: u64,
+    /// Combinations the spec's framework cannot run (`tessel_grammar::Capabilities`).
+    pub rejected_framework: u64,
 }
 
 fn values_or<T: Clone>(choice: &Choice<T>, auto: impl FnOnce() -> Vec<T>) -> Vec<T> {
@@ -317,7 +322,7 @@ fn enumerate_inner(
     let search = &spec.search;
     let model = &spec.model;
     let per_rank = spec.train.global_batch / dp;
-    let interleaving = spec.train.framework.interleaves();
+    let interleaving = spec.train.framework.capabilities().interleave;
     let eps = values_or(&search.ep, || match &model.moe {
         Some(moe) => divisors(moe.experts)
             .into_iter()
@@ -332,6 +337,7 @@ fn enumerate_inner(
             .filter(|&mb| mb <= limit)
             .collect()
     });
+    let framework = spec.train.framework;
     let zeros = values_or(&search.zero, || {
         if dp * cp > 1 {
             vec![0, 1, 2, 3]
@@ -386,7 +392,7 @@ fn enumerate_inner(
                             counts.rejected_divisibility += 1;
                             continue;
                         }
-                        configs.push(OuterConfig {
+                        let config = OuterConfig {
                             tp,
                             pp,
                             cp,
@@ -397,7 +403,13 @@ fn enumerate_inner(
                             interleave,
                             zero,
                             sequence_parallel,
-                        });
+                        };
+                        let layout = config.strategy("", Recompute::None, Offload::default(), None);
+                        if !framework.layout_limits(&layout).is_empty() {
+                            counts.rejected_framework += 1;
+                            continue;
+                        }
+                        configs.push(config);
                     }
                 }
             }
@@ -439,12 +451,28 @@ pub fn stage_options(spec: &Spec, outer: &OuterConfig) -> Vec<StageOption> {
                 activations: 0.5,
                 ..Offload::default()
             },
+            // How FSDP2 offloads: weights, gradients and optimizer state together.
+            Offload {
+                optimizer: 1.0,
+                weights: 1.0,
+                gradients: 1.0,
+                activations: 0.0,
+            },
         ]
     });
+    // Only what the framework runs on a stage of the largest size (the planner's partial
+    // recompute counts are quarters of it).
+    let layout = outer.strategy("", Recompute::None, Offload::default(), None);
+    let framework = spec.train.framework;
     let mut options = Vec::with_capacity(recomputes.len() * offloads.len());
     for &recompute in &recomputes {
         for &offload in &offloads {
-            options.push(StageOption { recompute, offload });
+            if framework
+                .stage_limits(&layout, largest_stage, recompute, &offload)
+                .is_empty()
+            {
+                options.push(StageOption { recompute, offload });
+            }
         }
     }
     options

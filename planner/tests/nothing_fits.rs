@@ -5,7 +5,7 @@ mod common;
 
 use common::synthetic_model::SyntheticModel;
 use common::*;
-use tessel_grammar::{Offload, Recompute, Spec};
+use tessel_grammar::{Choice, Framework, Offload, Recompute, Spec};
 use tessel_planner::{even_split, outer_configs, plan, PlanError, PlanOptions, StageCostModel};
 
 fn least_lean_memory(spec: &Spec, model: &SyntheticModel) -> f64 {
@@ -39,9 +39,19 @@ fn least_lean_memory(spec: &Spec, model: &SyntheticModel) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// GPT-3 175B on one node of 8 H100, under DeepSpeed with ZeRO-1, whose leanest stage option
+/// is the one `least_lean_memory` assumes (DeepSpeed offloads the optimizer state under ZeRO-1
+/// and the checkpoints of full recompute; `tessel_grammar::Capabilities`).
+fn lean_spec() -> Spec {
+    let mut spec = spec(gpt3_175b(), h100_cluster(1, 8, 80.0), 2048, 64);
+    spec.train.framework = Framework::Deepspeed;
+    spec.search.zero = Choice::Values(vec![1]);
+    spec
+}
+
 #[test]
 fn gpt3_on_one_node_does_not_fit_and_says_why() {
-    let spec = spec(gpt3_175b(), h100_cluster(1, 8, 80.0), 2048, 64);
+    let spec = lean_spec();
     let model = SyntheticModel::new(spec.clone());
     let explanation = match plan(&spec, &model, &PlanOptions::default()) {
         Err(PlanError::NothingFits { explanation }) => explanation,
@@ -96,7 +106,7 @@ fn an_impossible_search_space_is_reported() {
 
 #[test]
 fn with_a_model_factory_more_nodes_are_tried() {
-    let spec = spec(gpt3_175b(), h100_cluster(1, 8, 80.0), 2048, 64);
+    let spec = lean_spec();
     let model = SyntheticModel::new(spec.clone());
     let factory = |changed: &Spec| -> Result<Box<dyn StageCostModel>, String> {
         Ok(Box::new(SyntheticModel::new(changed.clone())))

@@ -35,7 +35,7 @@ fn check(spec: &Spec) -> tessel_planner::Plan {
     );
     let s = &plan.search;
     assert_eq!(
-        s.candidates_enumerated - s.rejected_divisibility,
+        s.candidates_enumerated - s.rejected_divisibility - s.rejected_framework,
         s.screened
     );
     assert!(s.pruned_memory + s.pruned_bound <= s.screened);

@@ -113,6 +113,8 @@ fn bare() -> Calibration {
             call_latency_s: 0.0,
             intra_step_s: 0.0,
             inter_step_s: 0.0,
+            ll_intra_step_s: 0.0,
+            ll_inter_step_s: 0.0,
             ..CollectiveParams::default()
         },
         ..Calibration::default()
@@ -889,8 +891,7 @@ fn arbitrary_inputs_never_panic() {
         spec.train.seq_len = rng.pick(&[0, 1, 2048, 2048, 2048]);
         spec.train.flash_attention = rng.pick(&[0, 1]) == 1;
         spec.train.compile = rng.pick(&[0, 1]) == 1;
-        spec.train.framework = [Framework::Megatron, Framework::Deepspeed, Framework::Fsdp]
-            [rng.pick(&[0, 1, 2]) as usize];
+        spec.train.framework = Framework::ALL[rng.pick(&[0, 1, 2, 3]) as usize];
         spec.search.memory_limit = [0.95, 0.95, f64::NAN, -1.0][rng.pick(&[0, 1, 2, 3]) as usize];
         let Ok(cost) = CostModel::new(&spec) else {
             continue;
@@ -916,7 +917,8 @@ fn arbitrary_inputs_never_panic() {
             Recompute::Full,
             Recompute::Partial { full_layers: 3 },
         ][rng.pick(&[0, 1, 2, 3]) as usize];
-        s.offload.weights = [0.0, 0.0, 0.5, 2.0, f64::NAN][rng.pick(&[0, 1, 2, 3, 4]) as usize];
+        s.offload.weights =
+            [0.0, 0.0, 0.0, 0.0, 0.5, 2.0, f64::NAN][rng.pick(&[0, 1, 2, 3, 4, 5, 6]) as usize];
         if rng.pick(&[0, 1, 2, 3]) == 0 {
             s.stages = Some(vec![rng.pick(&[0, 1, 48]); rng.pick(&[0, 1, 2]) as usize]);
         }

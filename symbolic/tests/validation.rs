@@ -66,12 +66,12 @@ fn per_source_errors_stay_within_achieved_bounds() {
     };
     let throughput_bounds = [
         (Source::Korthikanti, 0.03, 0.04),
-        (Source::MegatronReadme, 0.05, 0.09),
+        (Source::MegatronReadme, 0.06, 0.10),
         (Source::Nemo, 0.07, 0.23),
         (Source::Bloom, 0.10, 0.27),
         (Source::MptHopper, 0.07, 0.23),
         (Source::MptAmpere, 0.11, 0.54),
-        (Source::Torchtitan, 0.09, 0.23),
+        (Source::Torchtitan, 0.09, 0.25),
         (Source::Mist, 0.05, 0.08),
         (Source::MtNlg, 0.02, 0.04),
     ];

@@ -9,7 +9,7 @@ use tessel_symbolic::cost::{
 use tessel_symbolic::validation::{default_data_path, load_cases};
 
 fn close(a: f64, b: f64) -> bool {
-    a == b || (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
+    a == b || (a - b).abs() <= 1e-11 * a.abs().max(b.abs())
 }
 
 #[test]

@@ -37,6 +37,7 @@ const OPTIMIZERS: &[(&str, Optimizer)] = &[("adam", Optimizer::Adam), ("sgd", Op
 
 pub const FRAMEWORKS: &[(&str, Framework)] = &[
     ("megatron", Framework::Megatron),
+    ("megatron_fsdp", Framework::MegatronFsdp),
     ("deepspeed", Framework::Deepspeed),
     ("fsdp", Framework::Fsdp),
 ];

@@ -5,7 +5,7 @@
 //! optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks).
 
 use tessel_grammar::{
-    Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+    Fp8Scaling, Framework, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -182,24 +182,36 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     if overlap.tp_comm && strategy.tp > 1 {
         flags.switch("--tp-comm-overlap");
     }
-    match zero_stage(strategy) {
-        0 => {}
-        1 => flags.switch("--use-distributed-optimizer"),
-        stage => {
-            flags.switch("--use-distributed-optimizer");
-            report.unsupported(format!(
-                "zero = {stage}: Megatron-LM's distributed optimizer shards optimizer state only \
-                 (ZeRO-1), so gradients{} stay replicated; written as \
-                 --use-distributed-optimizer. For ZeRO-{stage} use torch FSDP (torchtitan) or \
-                 DeepSpeed; recent Megatron-LM also has --use-megatron-fsdp with \
-                 --data-parallel-sharding-strategy {}",
-                if stage == 3 { " and weights" } else { "" },
-                if stage == 3 {
-                    "optim_grads_params"
-                } else {
-                    "optim_grads"
-                }
-            ));
+    if spec.train.framework == Framework::MegatronFsdp {
+        // Megatron-FSDP's required flags (Megatron-LM's megatron_fsdp README): the sharding
+        // strategy names ZeRO 0–3.
+        flags.switch("--use-megatron-fsdp");
+        flags.value(
+            "--data-parallel-sharding-strategy",
+            match zero_stage(strategy) {
+                0 => "no_shard",
+                1 => "optim",
+                2 => "optim_grads",
+                _ => "optim_grads_params",
+            },
+        );
+        flags.switch("--no-gradient-accumulation-fusion");
+        flags.switch("--use-distributed-optimizer");
+        flags.value("--ckpt-format", "fsdp_dtensor");
+    } else {
+        match zero_stage(strategy) {
+            0 => {}
+            1 => flags.switch("--use-distributed-optimizer"),
+            stage => {
+                flags.switch("--use-distributed-optimizer");
+                report.unsupported(format!(
+                    "zero = {stage}: Megatron-LM's distributed optimizer shards optimizer state \
+                     only (ZeRO-1), so gradients{} stay replicated; written as \
+                     --use-distributed-optimizer. Plan with framework = megatron_fsdp \
+                     (--use-megatron-fsdp) for ZeRO-{stage}",
+                    if stage == 3 { " and weights" } else { "" },
+                ));
+            }
         }
     }
     offload_flags(spec, strategy, &mut flags, &mut report);

@@ -277,7 +277,8 @@ fn parallelism_section(
             (1, dp, "never")
         }
         2 => {
-            report.unsupported(
+            // torchtitan's form of ZeRO-2 (`tessel_grammar::Capabilities`).
+            report.note(
                 "zero = 2: written as FSDP with fsdp_reshard_after_forward = \"never\": weights \
                  are gathered once per step and kept through backward like ZeRO-2, and sharded \
                  again between steps (less memory, the same communication volume)",

@@ -82,18 +82,18 @@ impl KernelEfficiency {
     pub fn for_gpu(gpu: &GpuSpec) -> KernelEfficiency {
         let base = match GpuGeneration::from_name(&gpu.name) {
             GpuGeneration::Volta => KernelEfficiency {
-                matmul: 0.8645,
+                matmul: 0.8386,
                 fp8_matmul: 0.6,
                 attention: 0.40,
                 native_attention: 0.40,
-                memory: 0.7413,
+                memory: 0.7932,
             },
             GpuGeneration::Ampere => KernelEfficiency {
                 matmul: 0.8196,
                 fp8_matmul: 0.6,
                 attention: 0.2603,
                 native_attention: 0.2603,
-                memory: 0.7413,
+                memory: 0.7932,
             },
             GpuGeneration::Ada => KernelEfficiency {
                 matmul: 0.7778,
@@ -104,9 +104,9 @@ impl KernelEfficiency {
             },
             GpuGeneration::Hopper => KernelEfficiency {
                 matmul: 0.6095,
-                fp8_matmul: 0.7589,
-                attention: 0.1830,
-                native_attention: 0.4165,
+                fp8_matmul: 0.7817,
+                attention: 0.1775,
+                native_attention: 0.4040,
                 memory: 0.40,
             },
             GpuGeneration::Other => KernelEfficiency {
@@ -135,11 +135,11 @@ impl KernelEfficiency {
     /// it cannot be told apart from the GPU's fractions.
     pub fn for_framework(self, framework: Framework, cal: &Calibration) -> KernelEfficiency {
         let factor = match framework {
-            Framework::Megatron | Framework::Fsdp => 1.0,
+            Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => 1.0,
             Framework::Deepspeed => cal.deepspeed_kernels,
         };
         let attention = match framework {
-            Framework::Megatron => self.native_attention,
+            Framework::Megatron | Framework::MegatronFsdp => self.native_attention,
             Framework::Deepspeed | Framework::Fsdp => self.attention,
         };
         KernelEfficiency {
@@ -204,7 +204,7 @@ impl Default for Calibration {
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,
             deepspeed_kernels: 0.7998,
-            fp8_rowwise_matmul: 0.4417,
+            fp8_rowwise_matmul: 0.4284,
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,

@@ -83,7 +83,9 @@ pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
     let span = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * ctx.p.clone();
     let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
     let (bytes, transfers, exposed) = match ctx.framework {
-        Framework::Megatron => (activation / ctx.t.clone(), 2.0, ctx.cal.pp_exposed),
+        Framework::Megatron | Framework::MegatronFsdp => {
+            (activation / ctx.t.clone(), 2.0, ctx.cal.pp_exposed)
+        }
         Framework::Deepspeed => (activation / ctx.replicated_divisor(), 4.0, 1.0),
         Framework::Fsdp => (
             activation / ctx.replicated_divisor(),
@@ -115,7 +117,7 @@ fn dp_calls(ctx: &Ctx, params: Expr, overlapped: bool) -> Expr {
         }
         Framework::Megatron => k(1.0),
         Framework::Deepspeed => Expr::max([(params / DEEPSPEED_BUCKET_ELEMENTS).ceil(), k(1.0)]),
-        Framework::Fsdp => ctx.layers.clone() + 1.0,
+        Framework::MegatronFsdp | Framework::Fsdp => ctx.layers.clone() + 1.0,
     }
 }
 
@@ -185,7 +187,7 @@ fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
             };
             4.0 * per_linear + 2.0 * per_norm
         }
-        Framework::Megatron | Framework::Fsdp => 1.0,
+        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => 1.0,
     }
 }
 
@@ -216,7 +218,9 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
             buckets.clone() * ctx.gather(params * ctx.bytes.gradient / buckets, &ring)
                 / Expr::max([ctx.layers.clone(), k(1.0)])
         }
-        Framework::Megatron | Framework::Fsdp => ctx.gather(layer * ctx.bytes.gradient, &ring),
+        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => {
+            ctx.gather(layer * ctx.bytes.gradient, &ring)
+        }
     });
     // The embedding and output layer: gathered for forward and backward, reduced once.
     let edges = ctx.is_first() * embedding_params(ctx) + ctx.is_last() * head_params(ctx);

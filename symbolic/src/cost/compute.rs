@@ -137,7 +137,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
             let per_expert = routed.clone() / local.clone();
             let (experts, expert_modules) = match ctx.framework {
                 Framework::Fsdp => (mlp_gemms(ctx, per_expert, local, moe.expert_ffn), k(0.0)),
-                Framework::Megatron | Framework::Deepspeed => {
+                Framework::Megatron | Framework::MegatronFsdp | Framework::Deepspeed => {
                     let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn);
                     let looped = Matmul {
                         forward: one.forward * local.clone(),

@@ -120,11 +120,11 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
     if strategy.interleave > 1 && strategy.pp == 1 {
         return fail("interleave > 1 needs pp > 1".to_string());
     }
-    if strategy.interleave > 1 && !spec.train.framework.interleaves() {
-        return fail(
-            "DeepSpeed's pipeline engine has no interleaved schedule: use interleave = 1"
-                .to_string(),
-        );
+    if strategy.interleave > 1 && !spec.train.framework.capabilities().interleave {
+        return fail(format!(
+            "{} has no interleaved pipeline schedule: use interleave = 1",
+            spec.train.framework.software()
+        ));
     }
     let chunks = strategy.pp.saturating_mul(strategy.interleave);
     if model.layers < chunks {

@@ -18,8 +18,18 @@
 //! `members_per_node × NIC` bandwidth, capped by the intra-node link. Each link reaches a
 //! calibrated fraction of its rate ([`CollectiveParams`]), and each call pays a fixed launch
 //! and synchronisation latency besides its steps.
+//!
+//! Protocols: NCCL moves small buffers with its low-latency protocol (LL: every 8-byte store
+//! carries 4 bytes of data and a 4-byte flag the receiver polls, so a step costs little
+//! synchronisation but the wire carries half data) and large ones with its Simple protocol
+//! (full bandwidth, a memory fence per step), choosing by its own cost model; a call costs
+//! the cheaper of the two ("NCCL_PROTO" in NCCL's environment-variable documentation).
 
 use super::scalar::{c, ceil_log2, exceeds, Scalar};
+
+/// The share of the wire that carries data under NCCL's LL protocol: 4 bytes of data and a
+/// 4-byte flag per 8-byte store.
+const LL_DATA_FRACTION: f64 = 0.5;
 
 /// Which collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,10 +89,15 @@ pub struct Links {
 pub struct CollectiveParams {
     /// Fixed cost of one call: kernel launch, the first synchronisation, seconds.
     pub call_latency_s: f64,
-    /// One algorithm step between GPUs of a node (NVLink, NVSwitch), seconds.
+    /// One algorithm step between GPUs of a node (NVLink, NVSwitch) under the Simple
+    /// protocol, seconds.
     pub intra_step_s: f64,
-    /// One algorithm step across the network, seconds.
+    /// One algorithm step across the network under the Simple protocol, seconds.
     pub inter_step_s: f64,
+    /// One step between GPUs of a node under the low-latency protocol, seconds.
+    pub ll_intra_step_s: f64,
+    /// One step across the network under the low-latency protocol, seconds.
+    pub ll_inter_step_s: f64,
     /// Bus bandwidth over the intra-node link rate at large messages.
     pub intra_efficiency: f64,
     /// Bus bandwidth over the NIC rate at large messages.
@@ -93,11 +108,13 @@ impl Default for CollectiveParams {
     /// Fitted by `cargo run --release -p tessel-symbolic --example fit_primitives`.
     fn default() -> Self {
         CollectiveParams {
-            call_latency_s: 11.62e-6,
-            intra_step_s: 5.826e-6,
-            inter_step_s: 8.896e-6,
-            intra_efficiency: 0.7631,
-            inter_efficiency: 0.8122,
+            call_latency_s: 16.57e-6,
+            intra_step_s: 10.0e-6,
+            inter_step_s: 8.733e-6,
+            ll_intra_step_s: 2.218e-6,
+            ll_inter_step_s: 30.0e-6,
+            intra_efficiency: 0.7749,
+            inter_efficiency: 0.8137,
         }
     }
 }
@@ -136,6 +153,13 @@ impl<S: Scalar> Group<S> {
     }
 }
 
+/// A call's synchronisation steps: a ring's and, for an all-reduce, the tree NCCL may take
+/// across nodes instead (steps in the node's chain, levels between nodes).
+struct Steps<S> {
+    ring: S,
+    tree: Option<(S, S)>,
+}
+
 /// Seconds of one call of `kind` on a buffer of `bytes` (nccl-tests' size: the whole gathered
 /// or reduced buffer; for all-to-all each rank's buffer) over `group`.
 pub fn collective_time<S: Scalar>(
@@ -153,24 +177,26 @@ pub fn collective_time<S: Scalar>(
     // Seconds per byte on the ring's bottleneck, and per step.
     let ring_rate_across = (group.per_node.clone() * c(nic_rate)).min_of(c(intra_rate));
     let per_byte = single.clone() * c(1.0 / intra_rate) + crosses.clone() / ring_rate_across;
-    let step = single.clone() * c(params.intra_step_s) + crosses.clone() * c(params.inter_step_s);
     let spread = (n.clone() - c(1.0)) / n.clone();
-    let call = c::<S>(params.call_latency_s);
-    // Bus bandwidth falls with message size because every step's latency is paid whatever
-    // the bytes.
-    let protocols = |steps: S, wire: S| steps + wire;
-    match kind {
+    let ring = |steps: S| Steps {
+        ring: steps,
+        tree: None,
+    };
+    let (steps, wire) = match kind {
         Collective::AllGather | Collective::ReduceScatter => {
-            call + protocols((n.clone() - c(1.0)) * step, spread * bytes * per_byte)
+            (ring(n.clone() - c(1.0)), spread * bytes * per_byte)
         }
         Collective::AllReduce => {
-            let volume = c::<S>(2.0) * spread * bytes * per_byte;
-            let ring = c::<S>(2.0) * (n - c(1.0)) * step;
             // Across nodes NCCL's tree: a chain through the node, a binary tree between nodes.
-            let tree = c::<S>(2.0)
-                * ((group.per_node.clone() - c(1.0)) * c(params.intra_step_s)
-                    + ceil_log2(group.nodes(), group.max_nodes) * c(params.inter_step_s));
-            call + protocols(single * ring.clone() + crosses * ring.min_of(tree), volume)
+            let tree = (
+                c::<S>(2.0) * (group.per_node.clone() - c(1.0)),
+                c::<S>(2.0) * ceil_log2(group.nodes(), group.max_nodes),
+            );
+            let steps = Steps {
+                ring: c::<S>(2.0) * (n.clone() - c(1.0)),
+                tree: Some(tree),
+            };
+            (steps, c::<S>(2.0) * spread * bytes * per_byte)
         }
         Collective::AllToAll => {
             // Peers in other nodes go through this rank's NIC, those in its node over NVLink,
@@ -179,13 +205,30 @@ pub fn collective_time<S: Scalar>(
             let on_node = (group.per_node.clone() - c(1.0)) / n.clone();
             let wire = (bytes.clone() * off_node * c(1.0 / nic_rate))
                 .max_of(bytes * on_node * c(1.0 / intra_rate));
-            call + protocols((n - c(1.0)) * step, wire)
+            (ring(n - c(1.0)), wire)
         }
         Collective::SendRecv => {
-            let rate = single.clone() * c(1.0 / intra_rate) + crosses * c(1.0 / nic_rate);
-            call + protocols(step, bytes * rate)
+            let rate = single.clone() * c(1.0 / intra_rate) + crosses.clone() * c(1.0 / nic_rate);
+            (ring(c(1.0)), bytes * rate)
         }
-    }
+    };
+    let price = |intra: f64, inter: f64| {
+        // A ring's steps all run at the pace of its slowest hop.
+        let ring = steps.ring.clone() * (single.clone() * c(intra) + crosses.clone() * c(inter));
+        match &steps.tree {
+            None => ring,
+            Some((chain, levels)) => {
+                let tree = chain.clone() * c(intra) + levels.clone() * c(inter);
+                single.clone() * ring.clone() + crosses.clone() * ring.min_of(tree)
+            }
+        }
+    };
+    // Bus bandwidth falls with message size because every step's latency is paid whatever
+    // the bytes; NCCL takes the cheaper protocol.
+    let simple = price(params.intra_step_s, params.inter_step_s) + wire.clone();
+    let low_latency = price(params.ll_intra_step_s, params.ll_inter_step_s)
+        + c::<S>(1.0 / LL_DATA_FRACTION) * wire;
+    c::<S>(params.call_latency_s) + simple.min_of(low_latency)
 }
 
 #[cfg(test)]
@@ -203,6 +246,8 @@ mod tests {
             call_latency_s: 10e-6,
             intra_step_s: 1e-6,
             inter_step_s: 5e-6,
+            ll_intra_step_s: 1e-6,
+            ll_inter_step_s: 5e-6,
             intra_efficiency: 1.0,
             inter_efficiency: 1.0,
         }

@@ -92,10 +92,12 @@ pub fn relative_error(predicted: f64, measured: f64) -> f64 {
 
 // --- collectives ----------------------------------------------------------------------------
 
-pub const COLLECTIVE_RANGES: [Range; 5] = [
+pub const COLLECTIVE_RANGES: [Range; 7] = [
     range("call_latency_s", 1e-6, 60e-6),
     range("intra_step_s", 0.2e-6, 10e-6),
     range("inter_step_s", 1e-6, 30e-6),
+    range("ll_intra_step_s", 0.1e-6, 10e-6),
+    range("ll_inter_step_s", 0.5e-6, 30e-6),
     range("intra_efficiency", 0.4, 0.95),
     range("inter_efficiency", 0.4, 0.98),
 ];
@@ -105,8 +107,10 @@ fn collective_params(x: &[f64]) -> CollectiveParams {
         call_latency_s: x[0],
         intra_step_s: x[1],
         inter_step_s: x[2],
-        intra_efficiency: x[3],
-        inter_efficiency: x[4],
+        ll_intra_step_s: x[3],
+        ll_inter_step_s: x[4],
+        intra_efficiency: x[5],
+        inter_efficiency: x[6],
     }
 }
 
@@ -115,6 +119,8 @@ fn collective_values(p: &CollectiveParams) -> Vec<f64> {
         p.call_latency_s,
         p.intra_step_s,
         p.inter_step_s,
+        p.ll_intra_step_s,
+        p.ll_inter_step_s,
         p.intra_efficiency,
         p.inter_efficiency,
     ]

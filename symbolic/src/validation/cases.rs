@@ -134,9 +134,13 @@ pub struct Skipped {
 /// torchtitan and llm-foundry are FSDP-based), else Megatron-LM.
 fn framework_of(source: Source, notes: &str, zero_column: &str) -> Framework {
     let notes = notes.to_ascii_lowercase();
-    // Megatron-Bridge's "FSDP column" is Megatron-Core's own sharding.
+    // Megatron-Bridge's "FSDP column" is Megatron-Core's own sharding (Megatron-FSDP).
     if source == Source::Nemo {
-        return Framework::Megatron;
+        return if zero_column.contains("megatron-fsdp") {
+            Framework::MegatronFsdp
+        } else {
+            Framework::Megatron
+        };
     }
     if notes.contains("deepspeed") {
         return Framework::Deepspeed;

@@ -1,0 +1,494 @@
+//! What each training framework runs, in one table: the checker (a strategy its framework
+//! cannot run is an error), the planner (its search space) and the exporters read it, so a plan
+//! is never made for something the framework cannot execute nor exported with a line saying so.
+//!
+//! Sources, each framework's own documentation and argument parser:
+//! - Megatron-LM (`megatron`): `--use-distributed-optimizer` shards optimizer state only
+//!   (ZeRO-1); `--optimizer-cpu-offload` with `--optimizer-offload-fraction` moves any share of
+//!   it to the host (it needs the distributed optimizer); `--cpu-offloading-num-layers` offloads
+//!   activations only without pipeline parallelism and without recompute; interleaved
+//!   schedules (`--num-layers-per-virtual-pipeline-stage`), context parallelism.
+//! - Megatron-FSDP (`megatron_fsdp`, `--use-megatron-fsdp`):
+//!   `--data-parallel-sharding-strategy no_shard | optim | optim_grads | optim_grads_params`
+//!   (ZeRO 0–3), with tensor, context and expert parallelism but no pipeline parallelism.
+//! - DeepSpeed with Megatron-DeepSpeed (`deepspeed`): ZeRO 0–3, of which its pipeline engine
+//!   accepts 0 and 1 only and has no interleaved schedule; `offload_optimizer` needs ZeRO ≥ 1
+//!   and takes a partial `ratio` under ZeRO-3 only; `offload_param` needs ZeRO-3; no ring
+//!   context parallelism (DeepSpeed-Ulysses splits the sequence another way).
+//! - torchtitan (`fsdp`): FSDP2 shards weights, gradients and optimizer state together
+//!   (ZeRO-3, or ZeRO-2 with `fsdp_reshard_after_forward = "never"`); DDP only when data
+//!   parallelism is the sole parallelism; `enable_cpu_offload` moves weights, gradients and
+//!   optimizer state to the host together; tensor parallelism always shards norms along the
+//!   sequence; activation checkpointing is none, selective or every layer.
+
+use crate::spec::{Framework, Offload, Recompute, Strategy};
+
+/// How a framework offloads optimizer state to host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptimizerOffload {
+    /// Not at all.
+    Never,
+    /// Any fraction, with at least this ZeRO stage (Megatron-LM's distributed optimizer).
+    AnyFraction { min_zero: u8 },
+    /// All of it with ZeRO ≥ 1, a fraction under ZeRO-3 (DeepSpeed's `ratio`).
+    WholeOrFractionUnderZero3,
+    /// Only with the weights and gradients, all of each, under ZeRO-3 (FSDP2's CPU offload).
+    WithWeightsAndGradients,
+}
+
+/// Which layers a framework can recompute in full when not all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartialRecompute {
+    /// None: recompute is none, selective or every layer.
+    Never,
+    /// The first N layers of each stage (Megatron-LM's `--recompute-method block
+    /// --recompute-num-layers N`).
+    FirstLayers,
+    /// Every k-th layer (torchtitan's `selective_ac_option = "k"`), so N must be the stage's
+    /// layers over k.
+    EveryKthLayer,
+}
+
+impl PartialRecompute {
+    /// Whether `full_layers` of a stage of `stage_layers` layers can be the recomputed ones.
+    pub fn runs(self, full_layers: u64, stage_layers: u64) -> bool {
+        match self {
+            PartialRecompute::Never => false,
+            PartialRecompute::FirstLayers => true,
+            PartialRecompute::EveryKthLayer => {
+                full_layers > 0 && (2..=stage_layers).any(|k| stage_layers / k == full_layers)
+            }
+        }
+    }
+}
+
+/// How a framework offloads activations to host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActivationOffload {
+    Never,
+    /// Without pipeline parallelism and without recompute (Megatron-LM's
+    /// `--cpu-offloading-num-layers`).
+    WithoutPipelineOrRecompute,
+    /// The checkpoints of whole-layer recompute (DeepSpeed's `cpu_checkpointing`).
+    OfCheckpointedLayers,
+}
+
+/// What one framework executes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// ZeRO stages it runs without pipeline parallelism.
+    pub zero_stages: &'static [u8],
+    /// ZeRO stages it runs with pipeline parallelism (empty: no pipeline parallelism).
+    pub zero_stages_with_pipeline: &'static [u8],
+    /// Interleaved (virtual-stage) pipeline schedules.
+    pub interleave: bool,
+    /// Ring-attention context parallelism.
+    pub context_parallel: bool,
+    /// ZeRO-0 alongside tensor, pipeline, context or expert parallelism.
+    pub zero0_with_model_parallelism: bool,
+    /// Tensor parallelism without sequence parallelism.
+    pub tp_without_sequence_parallel: bool,
+    /// Which `recompute = { full_layers = N }` it runs.
+    pub partial_recompute: PartialRecompute,
+    pub optimizer_offload: OptimizerOffload,
+    /// Weights in host memory (DeepSpeed's `offload_param`, ZeRO-3), all of them.
+    pub weight_offload_under_zero3: bool,
+    /// Gradients moved to the host for a host optimizer step (DeepSpeed's ZeRO-Offload).
+    pub gradient_offload_with_optimizer: bool,
+    pub activation_offload: ActivationOffload,
+}
+
+impl Framework {
+    /// Every framework, in the order the language lists them.
+    pub const ALL: [Framework; 4] = [
+        Framework::Megatron,
+        Framework::MegatronFsdp,
+        Framework::Deepspeed,
+        Framework::Fsdp,
+    ];
+
+    /// The table: what this framework runs.
+    pub fn capabilities(self) -> Capabilities {
+        match self {
+            Framework::Megatron => Capabilities {
+                zero_stages: &[0, 1],
+                zero_stages_with_pipeline: &[0, 1],
+                interleave: true,
+                context_parallel: true,
+                zero0_with_model_parallelism: true,
+                tp_without_sequence_parallel: true,
+                partial_recompute: PartialRecompute::FirstLayers,
+                optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 1 },
+                weight_offload_under_zero3: false,
+                gradient_offload_with_optimizer: false,
+                activation_offload: ActivationOffload::WithoutPipelineOrRecompute,
+            },
+            Framework::MegatronFsdp => Capabilities {
+                zero_stages: &[0, 1, 2, 3],
+                zero_stages_with_pipeline: &[],
+                interleave: false,
+                context_parallel: true,
+                zero0_with_model_parallelism: true,
+                tp_without_sequence_parallel: true,
+                partial_recompute: PartialRecompute::FirstLayers,
+                optimizer_offload: OptimizerOffload::Never,
+                weight_offload_under_zero3: false,
+                gradient_offload_with_optimizer: false,
+                activation_offload: ActivationOffload::Never,
+            },
+            Framework::Deepspeed => Capabilities {
+                zero_stages: &[0, 1, 2, 3],
+                zero_stages_with_pipeline: &[0, 1],
+                interleave: false,
+                context_parallel: false,
+                zero0_with_model_parallelism: true,
+                tp_without_sequence_parallel: true,
+                partial_recompute: PartialRecompute::FirstLayers,
+                optimizer_offload: OptimizerOffload::WholeOrFractionUnderZero3,
+                weight_offload_under_zero3: true,
+                gradient_offload_with_optimizer: true,
+                activation_offload: ActivationOffload::OfCheckpointedLayers,
+            },
+            Framework::Fsdp => Capabilities {
+                zero_stages: &[0, 2, 3],
+                zero_stages_with_pipeline: &[2, 3],
+                interleave: true,
+                context_parallel: true,
+                zero0_with_model_parallelism: false,
+                tp_without_sequence_parallel: false,
+                partial_recompute: PartialRecompute::EveryKthLayer,
+                optimizer_offload: OptimizerOffload::WithWeightsAndGradients,
+                weight_offload_under_zero3: false,
+                gradient_offload_with_optimizer: false,
+                activation_offload: ActivationOffload::Never,
+            },
+        }
+    }
+
+    /// The software's own name, for messages.
+    pub fn software(self) -> &'static str {
+        match self {
+            Framework::Megatron => "Megatron-LM",
+            Framework::MegatronFsdp => "Megatron-FSDP",
+            Framework::Deepspeed => "DeepSpeed",
+            Framework::Fsdp => "torchtitan",
+        }
+    }
+
+    /// Why this framework cannot run the parallel layout (degrees, ZeRO stage, interleaving,
+    /// sequence parallelism) of `strategy`, one line per reason; empty when it can.
+    pub fn layout_limits(self, strategy: &Strategy) -> Vec<String> {
+        let can = self.capabilities();
+        let name = self.software();
+        let mut reasons = Vec::new();
+        let stages = if strategy.pp > 1 {
+            can.zero_stages_with_pipeline
+        } else {
+            can.zero_stages
+        };
+        if strategy.pp > 1 && can.zero_stages_with_pipeline.is_empty() {
+            reasons.push(format!(
+                "pp = {}: {name} has no pipeline parallelism",
+                strategy.pp
+            ));
+        } else if !stages.contains(&strategy.zero) {
+            let with = if strategy.pp > 1 { " with pp > 1" } else { "" };
+            reasons.push(format!(
+                "zero = {}: {name} runs ZeRO stages {stages:?}{with}{}",
+                strategy.zero,
+                self.zero_hint(strategy.zero)
+            ));
+        }
+        let model_parallel =
+            strategy.tp > 1 || strategy.pp > 1 || strategy.cp > 1 || strategy.ep > 1;
+        if strategy.zero == 0 && model_parallel && !can.zero0_with_model_parallelism {
+            reasons.push(format!(
+                "zero = 0: {name} runs unsharded data parallelism (DDP) only as the sole \
+                 parallelism; use zero = 2 or 3"
+            ));
+        }
+        if strategy.interleave > 1 && !can.interleave {
+            reasons.push(format!(
+                "interleave = {}: {name} has no interleaved pipeline schedule",
+                strategy.interleave
+            ));
+        }
+        if strategy.cp > 1 && !can.context_parallel {
+            reasons.push(format!(
+                "cp = {}: {name} has no ring-attention context parallelism",
+                strategy.cp
+            ));
+        }
+        if strategy.tp > 1 && !strategy.sequence_parallel && !can.tp_without_sequence_parallel {
+            reasons.push(format!(
+                "sequence_parallel = false: {name}'s tensor parallelism always shards norms along \
+                 the sequence; use sequence_parallel = true"
+            ));
+        }
+        reasons
+    }
+
+    /// Why this framework cannot run the recompute and offload of one pipeline stage of
+    /// `stage_layers` layers under the layout of `strategy` (its ZeRO stage and pipeline
+    /// depth); empty when it can.
+    pub fn stage_limits(
+        self,
+        strategy: &Strategy,
+        stage_layers: u64,
+        recompute: Recompute,
+        offload: &Offload,
+    ) -> Vec<String> {
+        let can = self.capabilities();
+        let name = self.software();
+        let zero = strategy.zero;
+        let mut reasons = Vec::new();
+        if let Recompute::Partial { full_layers } = recompute {
+            let v = strategy.interleave.max(1);
+            if can.partial_recompute == PartialRecompute::FirstLayers && full_layers % v != 0 {
+                reasons.push(format!(
+                    "recompute = {recompute} with interleave = {v}: {name} recomputes the first \
+                     N layers of each of the {v} virtual stages, so a stage recomputes a \
+                     multiple of {v}"
+                ));
+            } else if !can.partial_recompute.runs(full_layers, stage_layers) {
+                reasons.push(format!(
+                    "recompute = {recompute}: {name} {}",
+                    match can.partial_recompute {
+                        PartialRecompute::EveryKthLayer => format!(
+                            "recomputes every k-th layer, so of a stage's {stage_layers} layers \
+                             {stage_layers}/k"
+                        ),
+                        _ => "recomputes no layers, selected modules or every layer".to_string(),
+                    }
+                ));
+            }
+        }
+        let fraction = |x: f64| x > 0.0 && x < 1.0;
+        let optimizer_ok = match can.optimizer_offload {
+            _ if offload.optimizer == 0.0 => true,
+            OptimizerOffload::Never => false,
+            OptimizerOffload::AnyFraction { min_zero } => zero >= min_zero,
+            OptimizerOffload::WholeOrFractionUnderZero3 => {
+                zero >= 1 && (!fraction(offload.optimizer) || zero == 3)
+            }
+            OptimizerOffload::WithWeightsAndGradients => zero == 3 && offload.optimizer == 1.0,
+        };
+        if !optimizer_ok {
+            reasons.push(format!(
+                "offload.optimizer = {}: {}",
+                offload.optimizer,
+                match can.optimizer_offload {
+                    OptimizerOffload::Never => format!("{name} keeps optimizer state on the GPU"),
+                    OptimizerOffload::AnyFraction { min_zero } => format!(
+                        "{name} offloads optimizer state with its distributed optimizer \
+                         (zero ≥ {min_zero})"
+                    ),
+                    OptimizerOffload::WholeOrFractionUnderZero3 => format!(
+                        "{name} offloads optimizer state with ZeRO ≥ 1, a fraction of it under \
+                         ZeRO-3 only"
+                    ),
+                    OptimizerOffload::WithWeightsAndGradients => format!(
+                        "{name} offloads optimizer state, weights and gradients together, all of \
+                         them, under zero = 3"
+                    ),
+                }
+            ));
+        }
+        let together = can.optimizer_offload == OptimizerOffload::WithWeightsAndGradients;
+        let all_three =
+            offload.optimizer == 1.0 && offload.weights == 1.0 && offload.gradients == 1.0;
+        let none_of_three =
+            offload.optimizer == 0.0 && offload.weights == 0.0 && offload.gradients == 0.0;
+        if together {
+            if !all_three && !none_of_three && optimizer_ok {
+                reasons.push(format!(
+                    "offload = {{ optimizer = {}, weights = {}, gradients = {} }}: {name} offloads \
+                     all three together or none",
+                    offload.optimizer, offload.weights, offload.gradients
+                ));
+            }
+        } else {
+            let weights_ok = offload.weights == 0.0
+                || (can.weight_offload_under_zero3 && zero == 3 && offload.weights == 1.0);
+            if !weights_ok {
+                reasons.push(format!(
+                    "offload.weights = {}: {}",
+                    offload.weights,
+                    if can.weight_offload_under_zero3 {
+                        format!("{name} keeps all weights in host memory under zero = 3, or none")
+                    } else {
+                        format!("{name} keeps weights on the GPU")
+                    }
+                ));
+            }
+            let gradients_ok = offload.gradients == 0.0
+                || (can.gradient_offload_with_optimizer && offload.optimizer > 0.0 && optimizer_ok);
+            if !gradients_ok {
+                reasons.push(format!(
+                    "offload.gradients = {}: {}",
+                    offload.gradients,
+                    if can.gradient_offload_with_optimizer {
+                        format!("{name} moves gradients to the host only with the optimizer state")
+                    } else {
+                        format!("{name} keeps gradient buffers on the GPU")
+                    }
+                ));
+            }
+        }
+        if offload.activations > 0.0 {
+            let why = match can.activation_offload {
+                ActivationOffload::Never => Some("has no activation offload"),
+                ActivationOffload::WithoutPipelineOrRecompute
+                    if strategy.pp > 1 || recompute != Recompute::None =>
+                {
+                    Some("offloads activations only without pipeline parallelism and without recompute")
+                }
+                ActivationOffload::OfCheckpointedLayers
+                    if !matches!(recompute, Recompute::Full | Recompute::Partial { .. }) =>
+                {
+                    Some("offloads only the checkpoints of whole-layer recompute")
+                }
+                _ => None,
+            };
+            if let Some(why) = why {
+                reasons.push(format!(
+                    "offload.activations = {}: {name} {why}",
+                    offload.activations
+                ));
+            }
+        }
+        reasons
+    }
+
+    /// Everything about `strategy` for a model of `layers` layers that this framework cannot
+    /// run: its layout and each stage's recompute and offload.
+    pub fn limits(self, strategy: &Strategy, layers: u64) -> Vec<String> {
+        let mut reasons = self.layout_limits(strategy);
+        let stages = strategy.pp.max(1) as usize;
+        for stage in 0..stages {
+            let stage_layers = strategy
+                .stages
+                .as_ref()
+                .and_then(|s| s.get(stage).copied())
+                .unwrap_or_else(|| layers.div_ceil(stages as u64));
+            let recompute = strategy
+                .stage_recompute
+                .as_ref()
+                .and_then(|r| r.get(stage).copied())
+                .unwrap_or(strategy.recompute);
+            let offload = strategy
+                .stage_offload
+                .as_ref()
+                .and_then(|o| o.get(stage).copied())
+                .unwrap_or(strategy.offload);
+            for reason in self.stage_limits(strategy, stage_layers, recompute, &offload) {
+                if !reasons.contains(&reason) {
+                    reasons.push(reason);
+                }
+            }
+        }
+        reasons
+    }
+
+    /// Where to go for a ZeRO stage this framework does not run.
+    fn zero_hint(self, zero: u8) -> &'static str {
+        match (self, zero) {
+            (Framework::Megatron, 2 | 3) => {
+                "; for ZeRO-2/3 use framework = megatron_fsdp (Megatron-FSDP), fsdp or deepspeed"
+            }
+            (Framework::Fsdp, 1) => {
+                "; FSDP2 shards gradients and weights with optimizer state: use zero = 2"
+            }
+            _ => "",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strategy(tp: u64, pp: u64, zero: u8) -> Strategy {
+        Strategy {
+            name: "s".into(),
+            dp: 8,
+            tp,
+            pp,
+            cp: 1,
+            ep: 1,
+            microbatch: 1,
+            interleave: 1,
+            recompute: Recompute::None,
+            sequence_parallel: tp > 1,
+            zero,
+            offload: Offload::default(),
+            stages: None,
+            stage_recompute: None,
+            stage_offload: None,
+        }
+    }
+
+    #[test]
+    fn megatron_runs_no_zero3_and_megatron_fsdp_no_pipeline() {
+        assert!(Framework::Megatron
+            .limits(&strategy(8, 1, 1), 32)
+            .is_empty());
+        let zero3 = Framework::Megatron.limits(&strategy(2, 1, 3), 32);
+        assert_eq!(zero3.len(), 1);
+        assert!(zero3[0].contains("megatron_fsdp"), "{zero3:?}");
+        assert!(Framework::MegatronFsdp
+            .limits(&strategy(2, 1, 3), 32)
+            .is_empty());
+        assert!(Framework::MegatronFsdp.limits(&strategy(2, 4, 3), 32)[0].contains("no pipeline"));
+    }
+
+    #[test]
+    fn deepspeed_pipeline_takes_zero_0_or_1() {
+        assert!(Framework::Deepspeed
+            .limits(&strategy(1, 4, 1), 32)
+            .is_empty());
+        assert!(!Framework::Deepspeed
+            .limits(&strategy(1, 4, 2), 32)
+            .is_empty());
+        assert!(Framework::Deepspeed
+            .limits(&strategy(1, 1, 3), 32)
+            .is_empty());
+    }
+
+    #[test]
+    fn torchtitan_recomputes_every_kth_layer() {
+        let mut s = strategy(1, 1, 3);
+        s.recompute = Recompute::Partial { full_layers: 16 };
+        assert!(Framework::Fsdp.limits(&s, 32).is_empty());
+        s.recompute = Recompute::Partial { full_layers: 24 };
+        assert_eq!(Framework::Fsdp.limits(&s, 32).len(), 1);
+        s.zero = 1;
+        assert!(Framework::Megatron.limits(&s, 32).is_empty());
+    }
+
+    #[test]
+    fn offload_follows_each_framework() {
+        let mut s = strategy(1, 1, 3);
+        s.offload = Offload {
+            optimizer: 1.0,
+            activations: 0.5,
+            ..Offload::default()
+        };
+        // Megatron: no ZeRO-3, but the offloads themselves are fine at pp = 1, no recompute.
+        let megatron = Framework::Megatron.limits(&s, 32);
+        assert_eq!(megatron.len(), 1, "{megatron:?}");
+        // torchtitan: optimizer alone is not how FSDP2 offloads, and no activation offload.
+        assert_eq!(Framework::Fsdp.limits(&s, 32).len(), 2);
+        s.offload = Offload {
+            optimizer: 1.0,
+            weights: 1.0,
+            gradients: 1.0,
+            activations: 0.0,
+        };
+        assert!(Framework::Fsdp.limits(&s, 32).is_empty());
+        // DeepSpeed: weights with ZeRO-3, gradients with the optimizer state.
+        assert!(Framework::Deepspeed.limits(&s, 32).is_empty());
+        s.offload.optimizer = 0.0;
+        assert_eq!(Framework::Deepspeed.limits(&s, 32).len(), 1);
+    }
+}
