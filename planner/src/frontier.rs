@@ -60,6 +60,8 @@ pub fn add_option_points(
     let tolerance = cutoff.abs() * 1e-9;
     for (stage, points) in stages.iter_mut().enumerate() {
         for count in lmin..=lmax {
+            // Not `fits` below: that ends the sweep, and a larger count may run where this
+            // one does not.
             if !probe.runs(count, option) {
                 continue;
             }

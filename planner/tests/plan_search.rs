@@ -5,7 +5,7 @@ mod common;
 
 use common::synthetic_model::SyntheticModel;
 use common::*;
-use tessel_grammar::Spec;
+use tessel_grammar::{Choice, Framework, Spec};
 use tessel_planner::{plan, PlanOptions, SearchProgress, SolverStatus};
 
 fn check(spec: &Spec) -> tessel_planner::Plan {
@@ -40,6 +40,18 @@ fn check(spec: &Spec) -> tessel_planner::Plan {
     );
     assert!(s.pruned_memory + s.pruned_bound <= s.screened);
     assert!(s.evaluated >= 1 && s.stage_evaluations > s.screened);
+    // Only what the spec's framework runs, stage by stage at the stage's own size.
+    let framework = spec.train.framework;
+    let strategy = plan.strategy();
+    assert_eq!(framework.layout_limits(&strategy), Vec::<String>::new());
+    for stage in &plan.stages {
+        assert_eq!(
+            framework.stage_limits(&strategy, stage.layers, stage.recompute, &stage.offload),
+            Vec::<String>::new(),
+            "stage {}",
+            stage.stage
+        );
+    }
     let mut previous = plan.prediction.step_time_s;
     for runner in &plan.runners_up {
         assert!(runner.step_time_s >= previous * (1.0 - 1e-9));
@@ -54,6 +66,17 @@ fn gpt3_175b_on_1024_gpus() {
     let plan = check(&spec(gpt3_175b(), h100_cluster(128, 8, 80.0), 2048, 1536));
     // 175 B parameters cannot sit on a single pipeline stage of 80 GB GPUs without sharding.
     assert!(plan.config.tp * plan.config.pp > 1 || plan.config.zero == 3);
+}
+
+#[test]
+fn gpt3_175b_under_torchtitan_runs_only_what_torchtitan_runs() {
+    let mut spec = spec(gpt3_175b(), h100_cluster(112, 8, 80.0), 2048, 1536);
+    spec.train.framework = Framework::Fsdp;
+    // 96 layers over 7 stages: sizes differ, and which every-k-th recompute a stage can run
+    // depends on its size.
+    spec.search.pp = Choice::Values(vec![7]);
+    let plan = check(&spec);
+    assert!(plan.config.zero >= 2 || plan.config.tp * plan.config.pp * plan.config.cp == 1);
 }
 
 #[test]
