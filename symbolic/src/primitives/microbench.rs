@@ -97,10 +97,15 @@ pub fn default_microbench_dirs() -> Vec<PathBuf> {
     vec![shared, own]
 }
 
-/// Reads every `collectives.csv`, `gemm.csv`, `attention.csv` and `memory.csv` in `dirs`.
+/// Reads every `collectives.csv`, `gemm.csv`, `attention.csv` and `memory.csv` in `dirs`. A
+/// folder that is missing is an error: the committed primitives are the fit of all of them,
+/// and a fit of some would silently differ.
 pub fn load_microbenchmarks(dirs: &[PathBuf]) -> Result<Microbenchmarks, String> {
     let mut all = Microbenchmarks::default();
     for dir in dirs {
+        if !dir.is_dir() {
+            return Err(format!("microbenchmark folder {} not found", dir.display()));
+        }
         let read = |name: &str| -> Result<Vec<Row>, String> {
             let path = dir.join(name);
             if !path.exists() {
