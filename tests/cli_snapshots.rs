@@ -104,6 +104,42 @@ const CASES: &[(&str, &[&str])] = &[
         "plan_nothing_fits",
         &["plan", "tests/specs/405b-on-one-node.tsl"],
     ),
+    (
+        "plan_fixed_does_not_fit",
+        &[
+            "plan",
+            "specs/qwen2-72b.tsl",
+            "--dp",
+            "32",
+            "--tp",
+            "4",
+            "--pp",
+            "2",
+        ],
+    ),
+    (
+        "plan_on_fewer_gpus",
+        &["plan", "specs/llama3-70b.tsl", "--gpus", "32"],
+    ),
+    (
+        "estimate_on_one_node",
+        &[
+            "estimate",
+            "specs/llama3-8b.tsl",
+            "--strategy",
+            "tp2",
+            "--nodes",
+            "1",
+        ],
+    ),
+    (
+        "plan_gpus_not_whole_nodes",
+        &["plan", "specs/llama3-70b.tsl", "--gpus", "12"],
+    ),
+    (
+        "check_moe_expert_width_default",
+        &["check", "tests/specs/moe-expert-width-default.tsl"],
+    ),
 ];
 
 fn render(args: &[&str]) -> String {

@@ -205,7 +205,7 @@ fn the_script_passes_a_current_plan_and_fails_a_regression() {
         "{comment}"
     );
     assert!(
-        comment.contains("**:x: throughput −8.1% (regression)**"),
+        comment.contains("**:x: throughput −5.4% (regression)**"),
         "{comment}"
     );
 }

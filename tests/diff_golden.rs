@@ -95,7 +95,7 @@ fn a_failing_diff_says_why_on_stderr() {
     let output = diff("llama3-8b", "llama3-8b-tp2", "text");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("regression: throughput fell 8.1%, more than the allowed 5%"),
+        stderr.contains("regression: throughput fell 5.4%, more than the allowed 5%"),
         "{stderr}"
     );
 }

@@ -46,7 +46,7 @@ fn launch_error(plan: &Path) -> String {
 #[test]
 fn a_70b_plan_shrinks_to_run_in_seconds() {
     let dir = tempfile::tempdir().unwrap();
-    let plan = write_plan(dir.path(), "llama70b8.tsl", &["--tp", "2", "--pp", "2"]);
+    let plan = write_plan(dir.path(), "llama70b8.tsl", &["--strategy", "lean"]);
     let trace = dir.path().join("trace.json");
     let out = tessel(&[
         "launch",
@@ -199,5 +199,29 @@ fn plans_wider_than_max_ranks_are_refused_with_advice() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("has 8 ranks"), "{stderr}");
-    assert!(stderr.contains("tessel plan SPEC --strategy"), "{stderr}");
+    // The advice is a command that works: it plans the same job on 4 GPUs, and that plan runs.
+    let advice = "`tessel plan SPEC --gpus 4 -o small.json`";
+    assert!(stderr.contains(advice), "{stderr}");
+    let small = dir.path().join("small.json");
+    let spec = spec("dense8.tsl");
+    let planned = tessel(&[
+        "plan",
+        spec.to_str().unwrap(),
+        "--gpus",
+        "4",
+        "-o",
+        small.to_str().unwrap(),
+    ]);
+    assert!(planned.status.success(), "{planned:?}");
+    let ran = tessel(&[
+        "launch",
+        small.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--steps",
+        "1",
+        "--max-ranks",
+        "4",
+    ]);
+    assert!(ran.status.success(), "{ran:?}");
 }

@@ -103,9 +103,12 @@ fn one_box_per_forward_and_backward() {
 #[test]
 fn the_simulated_timeline_respects_dependencies_and_matches_the_prediction() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, plan) = make_plan(dir.path(), "mixtral", "specs/mixtral-8x7b.tsl", &[]);
+    // Two stages of four interleaved chunks of 4 layers each: every chunk alike.
+    let degrees = ["--ep", "8", "--tp", "1", "--pp", "2", "--interleave", "4"];
+    let (_, plan) = make_plan(dir.path(), "mixtral", "specs/mixtral-8x7b.tsl", &degrees);
     let timeline = predicted_timeline(&plan).unwrap();
     let (p, m, v) = (timeline.stages, timeline.microbatches, timeline.chunks);
+    assert_eq!((p, v), (2, 4));
     // Each (micro-batch, virtual stage) runs forward once and backward once; a forward starts
     // after the previous virtual stage's forward ends, a backward after the next one's backward.
     let find = |pass: Pass, mb: u64, vs: u64| {
@@ -131,7 +134,7 @@ fn the_simulated_timeline_respects_dependencies_and_matches_the_prediction() {
             }
         }
     }
-    // Mixtral's stages are equal, so the schedule's end is the prediction's step time.
+    // The chunks are equal, so the schedule's end is the prediction's step time.
     let end = timeline.end_s();
     let step = plan.prediction.step_time_s;
     assert!((end - step).abs() / step < 1e-3, "end {end} vs step {step}");

@@ -14,6 +14,7 @@
 mod assemble;
 mod ast;
 mod blocks;
+mod chunks;
 mod diagnostic;
 mod eval;
 mod fields;
@@ -34,6 +35,7 @@ pub use blocks::cluster::{
     DEFAULT_HOST_LINK, DEFAULT_HOST_MEMORY_PER_GPU_MEMORY, DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
 };
+pub use chunks::stage_chunks;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use frameworks::{ActivationOffload, Capabilities, OptimizerOffload, PartialRecompute};
 pub use model_stats::ParameterCount;

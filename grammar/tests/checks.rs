@@ -200,6 +200,28 @@ fn moe_defaults_and_ffn_from_experts() {
     assert_eq!(s.model.ffn_hidden, 512);
 }
 
+#[test]
+fn expert_ffn_hidden_defaults_to_ffn_hidden() {
+    let s = spec(&format!(
+        "model tiny {{ layers = 4, hidden = 256, heads = 8, vocab = 32000, mlp = swiglu
+           ffn_hidden = 704, moe = {{ experts = 8, top_k = 2, every = 1 }} }}
+         {CLUSTER}{TRAIN}"
+    ));
+    let moe = s.model.moe.as_ref().unwrap();
+    assert_eq!((moe.expert_ffn_hidden, s.model.ffn_hidden), (704, 704));
+    // Without either width there is nothing to default to.
+    let found = errors(
+        "model tiny { layers = 4, hidden = 256, heads = 8, vocab = 32000, mlp = swiglu
+           moe = { experts = 8, top_k = 2 } }",
+    );
+    assert!(
+        found
+            .iter()
+            .any(|m| m.ends_with("is missing the field `expert_ffn_hidden`")),
+        "{found:#?}"
+    );
+}
+
 /// A directory of spec files for `use` tests, removed when dropped.
 struct Dir(PathBuf);
 

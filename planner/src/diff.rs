@@ -30,7 +30,8 @@ pub struct FieldChange {
 /// One predicted quantity before and after.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MetricChange {
-    /// `step_time_s`, `tokens_per_s`, `mfu` or `peak_memory_gib`.
+    /// `step_time_s`, `tokens_per_s`, `mfu`, `peak_memory_gib`, and the ends of the step
+    /// time's interval, `step_time_s_low` and `step_time_s_high`, when both plans have one.
     pub metric: String,
     pub old: f64,
     pub new: f64,
@@ -223,9 +224,22 @@ pub fn diff_plans(
         verdict: String::new(),
         failures: Vec::new(),
     };
+    diff.metrics.extend(interval_changes(old, new));
     diff.failures = failures(&diff);
     diff.verdict = verdict(&diff);
     diff
+}
+
+/// The ends of the step time's interval, when both plans have one.
+fn interval_changes(old: &Plan, new: &Plan) -> Vec<MetricChange> {
+    let ends = |p: &Plan| p.prediction.interval.as_ref().map(|i| i.step_time_s);
+    match (ends(old), ends(new)) {
+        (Some([old_low, old_high]), Some([new_low, new_high])) => vec![
+            MetricChange::new("step_time_s_low", old_low, new_low, false),
+            MetricChange::new("step_time_s_high", old_high, new_high, false),
+        ],
+        _ => Vec::new(),
+    }
 }
 
 fn stage_memory(old: &Plan, new: &Plan) -> Vec<StageMemory> {
@@ -316,6 +330,20 @@ fn config_changes(old: &Plan, new: &Plan) -> Vec<FieldChange> {
         )
     };
     changes.extend(change("offload", offload(old), offload(new)));
+    changes.extend(change(
+        "objective",
+        old.objective.name().to_string(),
+        new.objective.name().to_string(),
+    ));
+    let interval = |p: &Plan| match &p.prediction.interval {
+        Some(_) => "present",
+        None => "absent",
+    };
+    changes.extend(change(
+        "step_time_interval",
+        interval(old).to_string(),
+        interval(new).to_string(),
+    ));
     let layers = change(
         "layers_per_stage",
         layers_per_stage(old),
@@ -595,6 +623,16 @@ fn metric_text(m: &MetricChange) -> MetricText {
     let (name, old, new, absolute) = match m.metric.as_str() {
         "step_time_s" => (
             "step time",
+            format!("{} s", fixed(m.old, 3)),
+            format!("{} s", fixed(m.new, 3)),
+            format!("{} s", signed(fixed(m.change, 3))),
+        ),
+        "step_time_s_low" | "step_time_s_high" => (
+            if m.metric.ends_with("low") {
+                "step time, interval low"
+            } else {
+                "step time, interval high"
+            },
             format!("{} s", fixed(m.old, 3)),
             format!("{} s", fixed(m.new, 3)),
             format!("{} s", signed(fixed(m.change, 3))),

@@ -2,12 +2,14 @@
 
 use std::fmt;
 
-use crate::nothing_fits::NothingFits;
+use crate::nothing_fits::{FixedDoesNotFit, NothingFits};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum PlanError {
     /// No configuration of the search space fits in memory. The CLI exits 2 on it.
     NothingFits { explanation: Box<NothingFits> },
+    /// The fixed configuration asked for does not fit in memory. The CLI exits 2 on it.
+    FixedDoesNotFit { explanation: Box<FixedDoesNotFit> },
     /// The search space holds no valid configuration (before looking at memory).
     EmptySearchSpace { reason: String },
     /// A fixed strategy is inconsistent with the spec.
@@ -23,10 +25,11 @@ pub enum PlanError {
 }
 
 impl PlanError {
-    /// The CLI's exit status for this error: 2 when nothing fits, 1 for wrong input.
+    /// The CLI's exit status for this error: 2 when nothing (or the fixed configuration asked
+    /// for) fits, 1 for wrong input.
     pub fn exit_code(&self) -> u8 {
         match self {
-            PlanError::NothingFits { .. } => 2,
+            PlanError::NothingFits { .. } | PlanError::FixedDoesNotFit { .. } => 2,
             _ => 1,
         }
     }
@@ -36,6 +39,7 @@ impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PlanError::NothingFits { explanation } => write!(f, "{explanation}"),
+            PlanError::FixedDoesNotFit { explanation } => write!(f, "{explanation}"),
             PlanError::EmptySearchSpace { reason } => {
                 write!(f, "the search space holds no valid configuration: {reason}")
             }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use tessel_grammar::Recompute;
 
 use crate::plan::{Plan, SolverStatus};
-use crate::render::choices_label;
+use crate::render::{choices_label, degrees_label, interval_label};
 
 /// Memory counts as binding once the fullest stage uses this share of its capacity.
 const TIGHT_MEMORY: f64 = 0.9;
@@ -131,6 +131,41 @@ pub fn render_explain(plan: &Plan) -> String {
             r.loses_on,
             r.reason
         );
+    }
+    out
+}
+
+/// What the plan rests on that the validation data does not cover, and the best plan inside
+/// the validated region (`validated`: the search restricted to it) with what it gives up.
+pub fn render_validated_alternative(plan: &Plan, validated: Option<&Plan>) -> String {
+    let Some(interval) = &plan.prediction.interval else {
+        return String::new();
+    };
+    let mut out = format!(
+        "thin validation: the plan relies on {}, which none of the {} validated runs nearest to it has; its interval is widened for it.\n",
+        interval.unvalidated.join(", "),
+        interval.runs
+    );
+    let objective = plan.objective;
+    let chosen = objective.ranked_step_time(&plan.prediction);
+    match validated {
+        Some(other) => {
+            let theirs = objective.ranked_step_time(&other.prediction);
+            let _ = writeln!(
+                out,
+                "  inside the validated region the best plan is {} with {}: {} step time {:.3} s{} against {:.3} s, giving up {:.1}%.",
+                degrees_label(other),
+                choices_label(other),
+                objective.name(),
+                theirs,
+                interval_label(&other.prediction),
+                chosen,
+                (theirs / chosen - 1.0) * 100.0
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  no plan inside the validated region fits.");
+        }
     }
     out
 }

@@ -43,18 +43,7 @@ pub fn even_split(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
     stage_totals(&even_chunks(layers, pp, interleave), pp)
 }
 
-/// Layers per chunk, in model order, when every stage's layers are split over its `v` chunks as
-/// evenly as possible (its earlier chunks take the remainder).
-pub fn stage_chunks(stage_layers: &[u64], interleave: u64) -> Vec<u64> {
-    let v = interleave.max(1);
-    let mut chunks = Vec::with_capacity(stage_layers.len() * v as usize);
-    for chunk in 0..v {
-        for &layers in stage_layers {
-            chunks.push(layers / v + u64::from(chunk < layers % v));
-        }
-    }
-    chunks
-}
+pub use tessel_grammar::stage_chunks;
 
 /// The model layer ranges `[first, last)` each stage holds, one per non-empty chunk, from the
 /// layers per chunk in model order.

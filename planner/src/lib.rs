@@ -17,6 +17,7 @@ mod local_search;
 mod losses;
 mod milp;
 mod nothing_fits;
+mod objective;
 mod plan;
 mod planning;
 mod published;
@@ -33,10 +34,11 @@ pub use diff::{
     RankMapChange, StageMemory,
 };
 pub use error::PlanError;
-pub use explain::render_explain;
+pub use explain::{render_explain, render_validated_alternative};
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
-pub use nothing_fits::{ModelFactory, NothingFits, Suggestion};
+pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};
+pub use objective::Objective;
 pub use plan::{
     spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
     PLAN_FORMAT,

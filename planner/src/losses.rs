@@ -2,6 +2,8 @@
 
 use tessel_symbolic::cost::{Estimate, TimeBreakdown};
 
+use crate::objective::Objective;
+
 fn components(time: &TimeBreakdown) -> [(&'static str, f64); 10] {
     [
         ("compute", time.compute),
@@ -17,8 +19,32 @@ fn components(time: &TimeBreakdown) -> [(&'static str, f64); 10] {
     ]
 }
 
-/// The component `worse` loses most on against `best`, and a sentence with the numbers.
-pub fn loss_reason(best: &Estimate, worse: &Estimate) -> (String, String) {
+/// The component `worse` loses most on against `best`, and a sentence with the numbers; or,
+/// when it is predicted faster and lost on the objective's bound, that bound.
+pub fn loss_reason(best: &Estimate, worse: &Estimate, objective: Objective) -> (String, String) {
+    let slower = worse.step_time_s - best.step_time_s;
+    if slower < 0.0 {
+        // Predicted faster, ranked lower: it lost on the high end of its interval.
+        let (ours, theirs) = (
+            objective.ranked_step_time(best),
+            objective.ranked_step_time(worse),
+        );
+        let thin = worse
+            .interval
+            .as_ref()
+            .filter(|i| !i.unvalidated.is_empty())
+            .map_or(String::new(), |i| {
+                format!(
+                    " (no validated run near it has {})",
+                    i.unvalidated.join(", ")
+                )
+            });
+        let reason = format!(
+            "predicted {:.1} ms faster per step, but the high end of its 80 % interval is {theirs:.3} s against {ours:.3} s{thin}",
+            -slower * 1e3
+        );
+        return ("its interval".to_string(), reason);
+    }
     let ours = components(&best.time);
     let theirs = components(&worse.time);
     let mut deltas: Vec<(&str, f64)> = ours
@@ -28,7 +54,6 @@ pub fn loss_reason(best: &Estimate, worse: &Estimate) -> (String, String) {
         .collect();
     // Largest loss first; ties keep the fixed component order.
     deltas.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let slower = worse.step_time_s - best.step_time_s;
     let percent = if best.step_time_s > 0.0 {
         100.0 * slower / best.step_time_s
     } else {

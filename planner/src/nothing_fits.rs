@@ -4,7 +4,7 @@
 use std::fmt;
 
 use tessel_grammar::{Offload, Recompute, Spec};
-use tessel_symbolic::cost::MemoryBreakdown;
+use tessel_symbolic::cost::{Estimate, MemoryBreakdown};
 
 use rayon::prelude::*;
 
@@ -79,6 +79,62 @@ impl fmt::Display for NothingFits {
             )?;
         }
         Ok(())
+    }
+}
+
+/// A fixed configuration's fullest stage against the memory it may use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FixedDoesNotFit {
+    pub config: String,
+    pub capacity_gib: f64,
+    pub stage: u64,
+    pub need_gib: f64,
+    /// The fullest stage's breakdown, GiB (as the estimate gives it).
+    pub memory: MemoryBreakdown,
+    pub dominant: String,
+}
+
+impl FixedDoesNotFit {
+    /// The fullest stage of an estimate that does not fit.
+    pub fn of(config: String, estimate: &Estimate) -> FixedDoesNotFit {
+        let fullest = estimate
+            .stages
+            .iter()
+            .max_by(|a, b| a.memory.total().total_cmp(&b.memory.total()));
+        let (stage, memory) =
+            fullest.map_or((0, MemoryBreakdown::default()), |s| (s.stage, s.memory));
+        FixedDoesNotFit {
+            config,
+            capacity_gib: estimate.memory_capacity_gib,
+            stage,
+            need_gib: estimate.peak_memory_gib,
+            memory,
+            dominant: dominant_component(&memory).to_string(),
+        }
+    }
+}
+
+impl fmt::Display for FixedDoesNotFit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} does not fit: stage {} needs {:.1} GiB per GPU of the {:.1} GiB it may use, {:.1} GiB short.",
+            self.config,
+            self.stage,
+            self.need_gib,
+            self.capacity_gib,
+            (self.need_gib - self.capacity_gib).max(0.0)
+        )?;
+        let m = &self.memory;
+        writeln!(
+            f,
+            "{} dominate: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, buffers {:.1} GiB.",
+            self.dominant, m.weights, m.gradients, m.optimizer, m.activations, m.buffers
+        )?;
+        writeln!(
+            f,
+            "raise tp, pp or the ZeRO stage, recompute, or leave the degrees out and let `tessel plan` search for one that fits."
+        )
     }
 }
 

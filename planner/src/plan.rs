@@ -2,6 +2,8 @@
 //! Written as canonical JSON (see [`crate::canonical_json`]) with `"format": "tessel-plan/1"`.
 
 use serde::{Deserialize, Serialize};
+
+use crate::objective::Objective;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tessel_grammar::{Offload, Recompute, Spec, Strategy};
@@ -163,6 +165,10 @@ pub struct Plan {
     pub rank_map: RankMap,
     /// Exactly what `tessel estimate` predicts for this configuration.
     pub prediction: Estimate,
+    /// What the search ranked configurations by (plans written before objectives were ranked
+    /// by the expected step time).
+    #[serde(default)]
+    pub objective: Objective,
     pub solver: SolverReport,
     pub search: SearchStats,
     pub runners_up: Vec<RunnerUp>,

@@ -10,7 +10,8 @@ use crate::error::PlanError;
 use crate::layers::{chunk_ranges, even_chunks, stage_chunks, stage_totals};
 use crate::losses::loss_reason;
 use crate::milp::MilpSettings;
-use crate::nothing_fits::ModelFactory;
+use crate::nothing_fits::{FixedDoesNotFit, ModelFactory};
+use crate::objective::{Objective, RankingFactor};
 use crate::plan::{
     spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
     PLAN_FORMAT,
@@ -34,6 +35,10 @@ pub struct PlanOptions<'a> {
     /// Builds cost models for changed specs, so that "nothing fits" can try more nodes and
     /// shorter sequences instead of estimating them.
     pub model_for_spec: Option<ModelFactory<'a>>,
+    /// What configurations are ranked by (the library's default: the expected step time).
+    pub objective: Objective,
+    /// Search only configurations whose every mechanism some validated run near them shares.
+    pub validated_only: bool,
 }
 
 /// Timings of a search, kept out of the plan file so that it stays byte-stable.
@@ -116,9 +121,11 @@ pub fn plan(
             ..defaults
         }
     });
+    let ranking = RankingFactor::new(spec, options.objective, options.validated_only);
     let result = search(
         spec,
         model,
+        &ranking,
         top + 1,
         &settings,
         options.progress,
@@ -134,7 +141,7 @@ pub fn plan(
         let estimate = model
             .estimate(&strategy)
             .map_err(|message| PlanError::CostModel { message })?;
-        let (loses_on, reason) = loss_reason(&best_estimate, &estimate);
+        let (loses_on, reason) = loss_reason(&best_estimate, &estimate, options.objective);
         runners_up.push(RunnerUp {
             config: config_of(&solved.outer),
             recompute: strategy.recompute,
@@ -149,7 +156,7 @@ pub fn plan(
             reason,
         });
     }
-    let plan = assemble(
+    let mut plan = assemble(
         spec,
         &best.outer,
         &strategy_of(best),
@@ -161,6 +168,7 @@ pub fn plan(
         result.stats,
         runners_up,
     );
+    plan.objective = options.objective;
     Ok(PlanOutcome {
         plan,
         timings: SearchTimings {
@@ -262,6 +270,11 @@ pub fn plan_fixed(
         .estimate(&fixed)
         .map_err(|message| PlanError::CostModel { message })?;
     let outer = OuterConfig::of_strategy(&fixed, spec.train.global_batch);
+    if !estimate.fits {
+        return Err(PlanError::FixedDoesNotFit {
+            explanation: Box::new(FixedDoesNotFit::of(outer.label(), &estimate)),
+        });
+    }
     let step = estimate.step_time_s;
     Ok(assemble(
         spec,
@@ -323,6 +336,8 @@ fn assemble(
         stages,
         rank_map,
         prediction,
+        // A fixed configuration ranks nothing; `plan` sets the objective it searched by.
+        objective: Objective::Expected,
         solver,
         search,
         runners_up,

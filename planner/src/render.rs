@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::plan::{Plan, PlanConfig};
+use tessel_symbolic::cost::Estimate;
+
+use crate::plan::{Plan, PlanConfig, SolverStatus};
 use crate::space::{offload_label, per_stage_label, recompute_label};
 
 /// A runner-up's configuration in one line: `tp 4 pp 8 dp 32 cp 1 ep 1 v 8 mb 1 zero 1 sp`.
@@ -39,7 +41,7 @@ fn ranges_label(ranges: &[[u64; 2]]) -> String {
         .join(", ")
 }
 
-fn degrees_label(plan: &Plan) -> String {
+pub(crate) fn degrees_label(plan: &Plan) -> String {
     let c = &plan.config;
     format!(
         "dp {} · tp {} · pp {} · cp {} · ep {} · interleave {}",
@@ -80,6 +82,27 @@ pub(crate) fn choices_label(plan: &Plan) -> String {
     )
 }
 
+/// `, ranked by the pessimistic step time` for a searched plan; nothing for a fixed one.
+fn ranked_by(plan: &Plan) -> String {
+    if plan.solver.status == SolverStatus::Fixed {
+        String::new()
+    } else {
+        format!(", ranked by the {} step time", plan.objective.name())
+    }
+}
+
+/// ` (4.10–4.90 s, 80 %)`: the step time's interval, or nothing for plans without one.
+pub fn interval_label(estimate: &Estimate) -> String {
+    estimate.interval.as_ref().map_or(String::new(), |i| {
+        format!(
+            " ({:.3}–{:.3} s, {:.0} %)",
+            i.step_time_s[0],
+            i.step_time_s[1],
+            100.0 * i.coverage
+        )
+    })
+}
+
 /// The chosen configuration, its prediction and per-stage memory against capacity.
 pub fn render_table(plan: &Plan) -> String {
     let p = &plan.prediction;
@@ -94,8 +117,9 @@ pub fn render_table(plan: &Plan) -> String {
     let _ = writeln!(out, "  stages       {}", choices_label(plan));
     let _ = writeln!(
         out,
-        "  step time    {:.3} s   tokens/s {:.0}   MFU {:.1}%   HFU {:.1}%",
+        "  step time    {:.3} s{}   tokens/s {:.0}   MFU {:.1}%   HFU {:.1}%",
         p.step_time_s,
+        interval_label(p),
         p.tokens_per_s,
         p.mfu * 100.0,
         p.hfu * 100.0
@@ -109,9 +133,10 @@ pub fn render_table(plan: &Plan) -> String {
     );
     let _ = writeln!(
         out,
-        "  solver       {} (objective {:.3} s)",
+        "  solver       {} (objective {:.3} s){}",
         plan.solver.status.as_str(),
-        plan.solver.objective_s
+        plan.solver.objective_s,
+        ranked_by(plan)
     );
     let _ = writeln!(out);
     let _ = writeln!(
@@ -172,7 +197,15 @@ pub fn render_markdown(plan: &Plan) -> String {
     let _ = writeln!(out, "| degrees | {} |", degrees_label(plan));
     let _ = writeln!(out, "| batching | {} |", batching_label(plan));
     let _ = writeln!(out, "| stages | {} |", choices_label(plan));
-    let _ = writeln!(out, "| step time | {:.3} s |", p.step_time_s);
+    let _ = writeln!(
+        out,
+        "| step time | {:.3} s{} |",
+        p.step_time_s,
+        interval_label(p)
+    );
+    if plan.solver.status != SolverStatus::Fixed {
+        let _ = writeln!(out, "| ranked by | {} step time |", plan.objective.name());
+    }
     let _ = writeln!(out, "| tokens/s | {:.0} |", p.tokens_per_s);
     let _ = writeln!(
         out,

@@ -22,6 +22,7 @@ use crate::frontier::{add_option_points, inner_problem, StagePoint};
 use crate::local_search::{improve_even_split, Split};
 use crate::milp::{self, Incumbent, MilpSettings};
 use crate::nothing_fits::{explain, least_need, ModelFactory};
+use crate::objective::RankingFactor;
 use crate::plan::{SearchStats, SolverStatus};
 use crate::space::{outer_configs, stage_options, OuterConfig, StageOption};
 
@@ -41,6 +42,8 @@ pub struct SearchProgress {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Solved {
     pub step_time_s: f64,
+    /// What the search ranks it by: the step time times the objective's factor.
+    pub ranked_s: f64,
     pub outer: OuterConfig,
     /// The recompute/offload option of every stage.
     pub options: Vec<StageOption>,
@@ -97,14 +100,13 @@ struct InnerOutcome {
 }
 
 fn total_order(a: &Solved, b: &Solved) -> std::cmp::Ordering {
-    a.step_time_s
-        .total_cmp(&b.step_time_s)
+    a.ranked_s
+        .total_cmp(&b.ranked_s)
         .then_with(|| a.outer.cmp(&b.outer))
 }
 
-/// The best even split of a refined configuration with one option on every stage (the optimum
-/// when there is one stage).
-fn even_solution(refined: &Refined, spec: &Spec) -> Option<Solved> {
+/// Every option's even split of a refined configuration, ranked by its predicted step time.
+fn even_solutions<'a>(refined: &'a Refined, spec: &Spec) -> impl Iterator<Item = Solved> + 'a {
     let even = crate::layers::even_split(
         spec.model.layers,
         refined.outer.pp,
@@ -114,15 +116,32 @@ fn even_solution(refined: &Refined, spec: &Spec) -> Option<Solved> {
         .probes
         .iter()
         .zip(&refined.options)
-        .filter_map(|(probe, option)| {
+        .filter_map(move |(probe, option)| {
             probe.even_step.map(|step| Solved {
                 step_time_s: step,
+                ranked_s: step,
                 outer: refined.outer,
                 options: vec![*option; even.len()],
                 stages: even.clone(),
                 costs: probe.even.clone(),
                 status: SolverStatus::Enumerated,
             })
+        })
+}
+
+/// The best even split of a refined configuration with one option on every stage (the optimum
+/// when there is one stage).
+fn even_solution(refined: &Refined, spec: &Spec) -> Option<Solved> {
+    even_solutions(refined, spec).min_by(total_order)
+}
+
+/// The even split that ranks best by `ranking`: its rank is the configuration's ranked upper
+/// bound, so what the search counts as known is always achieved.
+fn even_solution_ranked(refined: &Refined, spec: &Spec, ranking: &RankingFactor) -> Option<Solved> {
+    even_solutions(refined, spec)
+        .map(|mut s| {
+            s.ranked_s = s.step_time_s * ranking.of(&s.outer, offloads(&s.options));
+            s
         })
         .min_by(total_order)
 }
@@ -196,6 +215,7 @@ fn solve_inner(
             let costs: Vec<StageCost> = points.iter().map(|p| p.cost).collect();
             Some(Solved {
                 step_time_s: problem.shape.step_time(&costs),
+                ranked_s: problem.shape.step_time(&costs),
                 outer: refined.outer,
                 options: points.iter().map(|p| refined.options[p.option]).collect(),
                 stages: points.iter().map(|p| p.layers).collect(),
@@ -243,10 +263,19 @@ fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize) -> f64 {
     values.get(keep - 1).copied().unwrap_or(f64::INFINITY)
 }
 
-/// Searches the spec's space for the `keep` best configurations.
+/// The factor of a solved configuration's options: with host offload on any stage or not.
+fn offloads(options: &[StageOption]) -> bool {
+    options.iter().any(|o| !o.offload.is_none())
+}
+
+/// Searches the spec's space for the `keep` best configurations by the objective `ranking`
+/// stands for. Bounds and thresholds are in ranked seconds (a configuration's bound times the
+/// least factor any of its options can have); each configuration's own split and options are
+/// solved in predicted seconds, and ranked by the factor of what it chose.
 pub fn search(
     spec: &Spec,
     model: &dyn StageCostModel,
+    ranking: &RankingFactor,
     keep: usize,
     settings: &MilpSettings,
     progress: Option<&(dyn Fn(&SearchProgress) + Sync)>,
@@ -278,7 +307,10 @@ pub fn search(
     stats.stage_evaluations = screenings.iter().map(|s| s.evaluations).sum();
     let mut candidates: Vec<(f64, OuterConfig)> = screenings
         .iter()
-        .filter_map(|s| s.lower.map(|lower| (lower, s.outer)))
+        .filter_map(|s| {
+            s.lower
+                .map(|lower| (lower * ranking.least(&s.outer), s.outer))
+        })
         .collect();
     stats.pruned_memory = stats.screened - candidates.len() as u64;
     candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
@@ -305,7 +337,16 @@ pub fn search(
         stats.evaluated += refined.len() as u64;
         stats.stage_evaluations += refined.iter().map(|r| r.evaluations).sum::<u64>();
         for r in &refined {
-            if let Some(upper) = r.upper {
+            let ranked_upper = r
+                .probes
+                .iter()
+                .zip(&r.options)
+                .filter_map(|(p, o)| {
+                    p.even_step
+                        .map(|step| step * ranking.of(&r.outer, !o.offload.is_none()))
+                })
+                .min_by(f64::total_cmp);
+            if let Some(upper) = ranked_upper {
                 known.insert(r.outer, upper);
             }
         }
@@ -313,11 +354,14 @@ pub fn search(
         let outcomes: Vec<Option<InnerOutcome>> = refined
             .par_iter()
             .map(|r| {
+                let least = ranking.least(&r.outer);
                 let lower = r.mixed.lower?;
-                if lower > bound {
+                if lower * least > bound {
                     return None;
                 }
-                let cutoff = r.upper.map_or(bound, |upper| upper.min(bound));
+                let cutoff = r
+                    .upper
+                    .map_or(bound / least, |upper| upper.min(bound / least));
                 Some(solve_inner(spec, model, r, cutoff, settings))
             })
             .collect();
@@ -332,12 +376,29 @@ pub fn search(
             };
             stats.stage_evaluations += outcome.evaluations;
             stats.milps_solved += u64::from(outcome.milp);
-            match outcome.solved {
+            // The split is solved in predicted seconds; an even split with another option may
+            // rank better, and stands in when the solver finds nothing under its cutoff, so
+            // that every upper bound counted in `known` belongs to a solution kept here.
+            let even = even_solution_ranked(r, spec, ranking);
+            let best = match outcome.solved {
+                Some(mut s) => {
+                    s.ranked_s = s.step_time_s * ranking.of(&s.outer, offloads(&s.options));
+                    Some(match even {
+                        Some(e) if e.ranked_s < s.ranked_s => e,
+                        _ => s,
+                    })
+                }
+                None => even.filter(|e| e.ranked_s <= bound),
+            };
+            match best.filter(|s| s.ranked_s.is_finite()) {
                 Some(s) => {
-                    known.insert(r.outer, s.step_time_s);
+                    known.insert(r.outer, s.ranked_s);
                     solved.push(s);
                 }
-                None => stats.pruned_bound += 1,
+                None => {
+                    known.remove(&r.outer);
+                    stats.pruned_bound += 1;
+                }
             }
         }
         if let Some(report) = progress {

@@ -56,6 +56,7 @@ fn keys_are_sorted_at_the_top_level() {
             "gpus",
             "gpus_per_node",
             "model",
+            "objective",
             "prediction",
             "rank_map",
             "runners_up",

@@ -81,7 +81,14 @@ fn scaled_states_equal_the_prediction() {
 
 #[test]
 fn the_automatic_scale_of_a_70b_model_is_one_sixty_fourth() {
-    let plan = plan_of("llama70b8.tsl", 2, 2, 2, 0);
+    // The spec's `lean` strategy: ZeRO-3 with the model state on the host, the way 70B
+    // parameters fit on 8 GPUs.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/launch/llama70b8.tsl");
+    let spec = tessel_grammar::load_file(&path).expect("spec loads");
+    let cost = CostModel::new(&spec).expect("cost model");
+    let lean = spec.strategy("lean").expect("the lean strategy");
+    let plan = plan_fixed(&spec, &cost, lean).expect("plan");
+    assert_eq!((plan.config.tp, plan.config.pp), (2, 2));
     assert_eq!(auto_scale(&plan.spec.model, 2), 1.0 / 64.0);
     assert!(scale_plan(&plan, 0.0).is_err());
     assert!(scale_plan(&plan, 1.5).is_err());

@@ -62,6 +62,8 @@ pub struct Args {
     pub spec: PathBuf,
     #[command(flatten)]
     pub strategy: StrategyArgs,
+    #[command(flatten)]
+    pub cluster: super::ClusterArgs,
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }
@@ -132,7 +134,7 @@ fn command_line_strategy() -> Strategy {
 }
 
 pub fn run(args: &Args) -> ExitCode {
-    let spec = match super::load_spec(&args.spec) {
+    let spec = match super::load_resized_spec(&args.spec, &args.cluster) {
         Ok(spec) => spec,
         Err(code) => return code,
     };

@@ -11,12 +11,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
-use tessel_planner::Plan;
+use tessel_planner::{Objective, Plan};
 use tessel_runtime::launcher::{launch_local, run_cpu_worker, LocalLaunch, WorkerConfig};
 use tessel_runtime::{
     auto_scale, launch_cpu, scale_plan, DataSource, LaunchOptions, LaunchReport, PredictedMemory,
     RankMemory, RuntimeError, ScaledPlan, TokenWidth,
 };
+use tessel_symbolic::cost::CostModel;
 
 use super::{bytes, count, grouped, EXIT_BAD_INPUT};
 
@@ -92,6 +93,25 @@ fn parse_token_bytes(text: &str) -> Result<TokenWidth, String> {
     }
 }
 
+/// The fewest GPUs, whole nodes of the plan's cluster (or one node's GPUs) doubling up to
+/// `max_ranks`, on which the planner finds a plan of the same job: what to suggest when a
+/// plan has too many ranks to run here.
+fn fewest_gpus_that_plan(plan: &Plan, max_ranks: u64) -> Option<u64> {
+    let per_node = plan.spec.cluster.gpus_per_node.max(1);
+    let counts = std::iter::successors(Some(per_node.min(max_ranks)), |n| Some(n * 2));
+    counts.take_while(|&gpus| gpus <= max_ranks).find(|&gpus| {
+        let mut spec = plan.spec.clone();
+        let resize = super::ClusterArgs {
+            gpus: Some(gpus),
+            nodes: None,
+        };
+        resize.apply(&mut spec).is_ok()
+            && CostModel::new(&spec).is_ok_and(|model| {
+                super::plan::search(&spec, &model, None, Objective::Pessimistic, false).is_ok()
+            })
+    })
+}
+
 fn bad_input(message: String) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(EXIT_BAD_INPUT)
@@ -112,11 +132,19 @@ pub fn run(args: &Args) -> ExitCode {
     }
     let world = plan.rank_map.ranks.len() as u64;
     if world > args.max_ranks {
+        let advice = match fewest_gpus_that_plan(&plan, args.max_ranks) {
+            Some(gpus) => format!(
+                "Plan the same job on {gpus} GPUs, `tessel plan SPEC --gpus {gpus} -o \
+                 small.json` (add --tp, --pp or --dp to fix degrees), or raise --max-ranks"
+            ),
+            None => format!(
+                "No plan of this job fits on {} GPUs or fewer; raise --max-ranks",
+                args.max_ranks
+            ),
+        };
         return bad_input(format!(
             "`{path}` has {world} ranks; the CPU backend runs one thread per rank and stops at \
-             --max-ranks {}. Make a smaller plan of the same model with fixed degrees, e.g. \
-             `tessel plan SPEC --strategy NAME --dp 2 --tp 2 --pp 2 -o small.json`, or raise \
-             --max-ranks",
+             --max-ranks {}. {advice}",
             args.max_ranks
         ));
     }

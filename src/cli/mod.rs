@@ -44,6 +44,58 @@ pub fn print_diagnostics(file: &Path, diagnostics: &Diagnostics) -> ExitCode {
     ExitCode::from(EXIT_BAD_INPUT)
 }
 
+/// A smaller (or larger) share of the spec's cluster for one command, leaving the file as it
+/// is: to plan a run of the same job on a few GPUs (`tessel launch` on the CPU backend), or
+/// to see how a plan changes with the GPU count.
+#[derive(clap::Args, Default)]
+pub struct ClusterArgs {
+    /// Use this many GPUs of the spec's cluster: whole nodes, or part of one.
+    #[arg(long, conflicts_with = "nodes")]
+    pub gpus: Option<u64>,
+    /// Use this many nodes of the spec's cluster.
+    #[arg(long)]
+    pub nodes: Option<u64>,
+}
+
+impl ClusterArgs {
+    /// The cluster resized, or why it cannot be.
+    pub fn apply(&self, spec: &mut Spec) -> Result<(), String> {
+        let cluster = &mut spec.cluster;
+        let per_node = cluster.gpus_per_node;
+        match (self.gpus, self.nodes) {
+            (Some(0), _) | (_, Some(0)) => Err("--gpus and --nodes must be at least 1".into()),
+            (Some(gpus), _) if gpus < per_node => {
+                cluster.nodes = 1;
+                cluster.gpus_per_node = gpus;
+                Ok(())
+            }
+            (Some(gpus), _) if gpus % per_node == 0 => {
+                cluster.nodes = gpus / per_node;
+                Ok(())
+            }
+            (Some(gpus), _) => Err(format!(
+                "--gpus {gpus} is neither whole nodes of {per_node} GPUs nor part of one; try --gpus {}",
+                gpus.div_ceil(per_node) * per_node
+            )),
+            (None, Some(nodes)) => {
+                cluster.nodes = nodes;
+                Ok(())
+            }
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// Loads a spec with a `train` block and resizes its cluster, or prints why it cannot.
+pub fn load_resized_spec(path: &Path, cluster: &ClusterArgs) -> Result<Spec, ExitCode> {
+    let mut spec = load_spec(path)?;
+    cluster.apply(&mut spec).map_err(|message| {
+        eprintln!("error: {message}");
+        ExitCode::from(EXIT_BAD_INPUT)
+    })?;
+    Ok(spec)
+}
+
 /// Loads a spec with a `train` block, or prints why it cannot.
 pub fn load_spec(path: &Path) -> Result<Spec, ExitCode> {
     tessel_grammar::load_file(path).map_err(|diagnostics| print_diagnostics(path, &diagnostics))

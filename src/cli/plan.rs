@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use tessel_grammar::Spec;
 use tessel_planner::{
-    plan, plan_fixed, render_explain, render_markdown, render_table, Plan, PlanError, PlanOptions,
-    SearchProgress, StageCostModel,
+    plan, plan_fixed, render_explain, render_markdown, render_table, render_validated_alternative,
+    Objective, Plan, PlanError, PlanOptions, SearchProgress, StageCostModel,
 };
 use tessel_symbolic::cost::CostModel;
 
@@ -49,8 +49,15 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0)]
     pub threshold: f64,
     /// Plan this fixed configuration (a `strategy` block, with any overrides) instead of searching.
+    /// Rank plans by the predicted step time (`expected`) or by the high end of its 80 %
+    /// interval (`pessimistic`), which keeps the search out of regimes the published runs
+    /// validate thinly.
+    #[arg(long, default_value = "pessimistic", value_parser = parse_objective)]
+    pub objective: Objective,
     #[command(flatten)]
     pub fixed: StrategyArgs,
+    #[command(flatten)]
+    pub cluster: super::ClusterArgs,
 }
 
 impl Args {
@@ -66,8 +73,15 @@ impl Args {
     }
 }
 
+fn parse_objective(text: &str) -> Result<Objective, String> {
+    Objective::ALL
+        .into_iter()
+        .find(|o| o.name() == text)
+        .ok_or_else(|| format!("`{text}` is not an objective; use expected or pessimistic"))
+}
+
 pub fn run(args: &Args) -> ExitCode {
-    let spec = match super::load_spec(&args.spec) {
+    let spec = match super::load_resized_spec(&args.spec, &args.cluster) {
         Ok(spec) => spec,
         Err(code) => return code,
     };
@@ -84,7 +98,7 @@ pub fn run(args: &Args) -> ExitCode {
             Err(code) => return code,
         }
     } else {
-        search(&spec, &model, args.top)
+        search(&spec, &model, args.top, args.objective, false)
     };
     let plan = match planned {
         Ok(plan) => plan,
@@ -101,6 +115,18 @@ pub fn run(args: &Args) -> ExitCode {
     print!("{shown}");
     if args.explain {
         print!("\n{}", render_explain(&plan));
+        let thin = plan
+            .prediction
+            .interval
+            .as_ref()
+            .is_some_and(|i| !i.unvalidated.is_empty());
+        if thin && !args.is_fixed() {
+            let validated = search(&spec, &model, args.top, args.objective, true).ok();
+            print!(
+                "{}",
+                render_validated_alternative(&plan, validated.as_ref())
+            );
+        }
     }
     match &args.output {
         Some(path) => super::write_output(Some(path), &plan.to_json()),
@@ -109,7 +135,13 @@ pub fn run(args: &Args) -> ExitCode {
 }
 
 /// The full search, with a progress line on a terminal once it has run for a second.
-fn search(spec: &Spec, model: &CostModel, top: Option<usize>) -> Result<Plan, PlanError> {
+pub fn search(
+    spec: &Spec,
+    model: &CostModel,
+    top: Option<usize>,
+    objective: Objective,
+    validated_only: bool,
+) -> Result<Plan, PlanError> {
     let started = Instant::now();
     let terminal = std::io::stderr().is_terminal();
     let shown = Mutex::new(false);
@@ -138,6 +170,8 @@ fn search(spec: &Spec, model: &CostModel, top: Option<usize>) -> Result<Plan, Pl
         milp: None,
         progress: Some(&progress),
         model_for_spec: Some(&factory),
+        objective,
+        validated_only,
     };
     let outcome = plan(spec, model, &options);
     if shown.into_inner().unwrap_or(false) {
@@ -149,6 +183,7 @@ fn search(spec: &Spec, model: &CostModel, top: Option<usize>) -> Result<Plan, Pl
 fn plan_error(spec_path: &std::path::Path, error: &PlanError) -> ExitCode {
     match error {
         PlanError::NothingFits { .. } => eprintln!("error: nothing fits\n{error}"),
+        PlanError::FixedDoesNotFit { .. } => eprint!("error: {error}"),
         _ => eprintln!("error: {}: {error}", spec_path.display()),
     }
     ExitCode::from(error.exit_code())
@@ -183,18 +218,20 @@ fn check(
         );
         return ExitCode::from(EXIT_REGRESSION);
     }
+    let objective = fresh.objective;
     let old = match model.estimate(&committed.strategy()) {
-        Ok(estimate) => estimate.step_time_s,
+        Ok(estimate) => objective.ranked_step_time(&estimate),
         Err(error) => {
             println!("stale: {name} no longer describes a valid configuration: {error}");
             return ExitCode::from(EXIT_REGRESSION);
         }
     };
-    let new = fresh.prediction.step_time_s;
+    let new = objective.ranked_step_time(&fresh.prediction);
     let gain_pct = (old - new) / old * 100.0;
     if gain_pct > threshold_pct {
         println!(
-            "stale: a better plan exists: predicted step {new:.4} s instead of {old:.4} s ({gain_pct:.1}% faster, threshold {threshold_pct}%)"
+            "stale: a better plan exists: {} step {new:.4} s instead of {old:.4} s ({gain_pct:.1}% faster, threshold {threshold_pct}%)",
+            objective.name()
         );
         return ExitCode::from(EXIT_REGRESSION);
     }

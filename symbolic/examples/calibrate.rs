@@ -19,13 +19,17 @@
 //! `symbolic/src/cost/calibration.rs` are the full fit's output.
 //!
 //! `cargo run --release -p tessel-symbolic --example calibrate` (`SKIP_CV=1` stops after the
-//! full fit, for trying a change to the model).
+//! full fit, for trying a change to the model; `HELD_OUT=symbolic/data/held_out_errors.csv`
+//! writes every row's error under the fit that held its source out, and the regime runs'
+//! errors under the committed calibration, for the prediction intervals).
 
 use std::collections::BTreeMap;
 
 use tessel_symbolic::cost::{Calibration, GpuGeneration, KernelEfficiency};
+use tessel_symbolic::uncertainty::{render_held_out, HeldOutRun, RunTraits};
 use tessel_symbolic::validation::{
-    default_data_path, evaluate_case, load_cases, Case, ErrorStats, Outcome, Source,
+    default_data_path, default_regimes_path, evaluate_case, evaluate_regimes, load_cases,
+    load_regime_cases, Case, ErrorStats, Outcome, Source, Throughput,
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -445,12 +449,15 @@ fn main() {
         "\n| held-out source | rows | error in the full fit | error held out (fit on the others) |"
     );
     println!("|---|---:|---:|---:|");
+    let mut held_out_runs = Vec::new();
     for source in sources {
         let rest: Vec<&Case> = all.iter().copied().filter(|c| c.source != source).collect();
         let held: Vec<&Case> = all.iter().copied().filter(|c| c.source == source).collect();
         let mut state = prior;
         search(&THROUGHPUT, &rest, &mut state, throughput_objective);
-        let held_out = throughput_by_source(&held, &outcomes(&held, &state));
+        let held_outs = outcomes(&held, &state);
+        held_out_runs.extend(held_out_rows(&held, &held_outs));
+        let held_out = throughput_by_source(&held, &held_outs);
         let stats = held_out.get(&source).copied().unwrap_or_default();
         let full = in_fit.get(&source).copied().unwrap_or_default();
         println!(
@@ -470,6 +477,14 @@ fn main() {
                 percent(table5.mean),
                 percent(table5.max)
             );
+        }
+    }
+
+    if let Some(path) = std::env::var_os("HELD_OUT") {
+        held_out_runs.extend(regime_rows());
+        let text = render_held_out(&held_out_runs);
+        if let Err(err) = std::fs::write(&path, text) {
+            eprintln!("cannot write {}: {err}", path.to_string_lossy());
         }
     }
 
@@ -555,4 +570,44 @@ fn report_held(label: &str, held: &[&Case], fitted: &State, state: &State) {
         percent(out.mean),
         percent(out.max)
     );
+}
+
+/// The held-out rows of one source: each costed run's log step-time error.
+fn held_out_rows(held: &[&Case], outs: &[Outcome]) -> Vec<HeldOutRun> {
+    held.iter()
+        .zip(outs)
+        .filter_map(|(case, outcome)| {
+            let (measured, predicted) = outcome.throughput?;
+            let log_error = match measured {
+                Throughput::StepTime(step) => (predicted / step).ln(),
+                Throughput::TokensPerGpu(tokens) => (tokens / predicted).ln(),
+            };
+            Some(HeldOutRun {
+                group: case.source.label().to_string(),
+                model: case.model.clone(),
+                traits: RunTraits::of(&case.spec, &case.strategy),
+                log_error,
+            })
+        })
+        .collect()
+}
+
+/// The regime runs under the committed calibration (no fit sees them).
+fn regime_rows() -> Vec<HeldOutRun> {
+    let outcomes = load_regime_cases(&default_regimes_path()).and_then(|c| evaluate_regimes(&c));
+    match outcomes {
+        Ok(outcomes) => outcomes
+            .iter()
+            .map(|o| HeldOutRun {
+                group: format!("regime: {}", o.case.regime),
+                model: o.case.model.clone(),
+                traits: RunTraits::of(&o.case.spec, &o.case.spec.strategies[0]),
+                log_error: (1.0 + o.step_error).ln(),
+            })
+            .collect(),
+        Err(err) => {
+            eprintln!("{err}");
+            Vec::new()
+        }
+    }
 }

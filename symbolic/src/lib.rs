@@ -3,6 +3,7 @@
 pub mod cost;
 mod expr;
 pub mod primitives;
+pub mod uncertainty;
 pub mod validation;
 
 pub use expr::{BatchScratch, CompileError, Expr, Program, Symbol};

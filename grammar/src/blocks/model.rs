@@ -73,7 +73,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
             "{ experts = 8, top_k = 2, expert_ffn_hidden = 14336 }",
             f.problems,
         )
-        .and_then(|mut r| moe(&mut r, layers)),
+        .and_then(|mut r| moe(&mut r, layers, ffn_hidden)),
     };
 
     let span = |f: &Fields, key: &str| f.get(key).map_or(f.anchor, |v| v.span);
@@ -186,13 +186,18 @@ fn parameter_estimate(m: &ModelSpec) -> f64 {
     m.layers as f64 * (per_layer + experts) + embeddings
 }
 
-fn moe(r: &mut Fields, layers: Option<u64>) -> Option<MoeSpec> {
+/// `expert_ffn_hidden` defaults to the model's `ffn_hidden` (Mixtral's layout: each expert is
+/// the dense MLP it replaces).
+fn moe(r: &mut Fields, layers: Option<u64>, ffn_hidden: Option<u64>) -> Option<MoeSpec> {
     let before = r.problems.len();
     r.reject_unknown(MOE_FIELDS);
     let experts = r.required_count("experts", 1, "8");
     let top_k = r.required_count("top_k", 1, "2");
     let every = r.count("every", 1).unwrap_or(1);
-    let expert_ffn_hidden = r.required_count("expert_ffn_hidden", 1, "14336");
+    let expert_ffn_hidden = match ffn_hidden {
+        Some(ffn) if !r.has("expert_ffn_hidden") => Some(ffn),
+        _ => r.required_count("expert_ffn_hidden", 1, "14336"),
+    };
     let shared_experts = r.count("shared_experts", 0).unwrap_or(0);
     let capacity_factor = r
         .quantity("capacity_factor", Dim::NUMBER, true)

@@ -5,7 +5,8 @@
 //! optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks).
 
 use tessel_grammar::{
-    Fp8Scaling, Framework, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+    stage_chunks, Fp8Scaling, Framework, MlpKind, NormKind, PositionKind, Precision, Recompute,
+    Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -251,28 +252,33 @@ fn pipeline_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &
             let last = split[split.len() - 1];
             let middle = &split[1..split.len() - 1];
             let middle_size = middle.first().copied();
-            if middle.iter().any(|&n| Some(n) != middle_size) {
-                report.unsupported(format!(
-                    "stages = {split:?}: Megatron-LM's --decoder-first/last-pipeline-num-layers \
-                     make only the end stages differ; express this split with \
-                     --pipeline-model-parallel-layout. Written without a split, so Megatron-LM \
-                     will require the layers to divide evenly"
+            let middle_equal = middle.iter().all(|&n| Some(n) == middle_size);
+            let chunks_whole = [first, last]
+                .iter()
+                .chain(middle_size.iter())
+                .all(|n| n % v == 0);
+            if !middle_equal || !chunks_whole {
+                if pp.saturating_mul(v) > spec.model.layers {
+                    report.unsupported(format!(
+                        "stages = {split:?} with interleave = {v}: more virtual stages than the \
+                         model's {} layers; written without a split",
+                        spec.model.layers
+                    ));
+                    return;
+                }
+                // Only the end stages may differ under --decoder-first/last-pipeline-num-layers,
+                // and only by whole chunks: anything else is a custom layout.
+                let layout = pipeline_layout(&stage_chunks(&split, v));
+                flags.value("--pipeline-model-parallel-layout", format!("'{layout}'"));
+                report.note(format!(
+                    "stages = {split:?} with interleave = {v} written as Megatron-Core's custom \
+                     --pipeline-model-parallel-layout (experimental upstream), one segment per \
+                     virtual stage in model order"
                 ));
                 return;
             }
             if v > 1 {
-                if [first, last]
-                    .iter()
-                    .chain(middle_size.iter())
-                    .any(|n| n % v != 0)
-                {
-                    report.unsupported(format!(
-                        "stages = {split:?} with interleave = {v}: every stage's layers must \
-                         divide into {v} virtual stages; written without interleaving"
-                    ));
-                } else {
-                    flags.value("--num-virtual-stages-per-pipeline-rank", v);
-                }
+                flags.value("--num-virtual-stages-per-pipeline-rank", v);
             }
             if middle_size != Some(first) {
                 flags.value("--decoder-first-pipeline-num-layers", first);
@@ -282,6 +288,34 @@ fn pipeline_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &
             }
         }
     }
+}
+
+/// Megatron-Core's layout string for decoder layers per virtual stage in model order: stages
+/// split by `|`, `t*n` for n decoder layers, `E` (the embedding) opening the first and `L`
+/// (the loss) closing the last; commas are cosmetic (Megatron-LM
+/// `docs/api-guide/pipeline_parallel_layout.md`).
+fn pipeline_layout(chunks: &[u64]) -> String {
+    let last = chunks.len().saturating_sub(1);
+    let segments: Vec<String> = chunks
+        .iter()
+        .enumerate()
+        .map(|(index, &layers)| {
+            let mut parts = Vec::new();
+            if index == 0 {
+                parts.push("E".to_string());
+            }
+            match layers {
+                0 => {}
+                1 => parts.push("t".to_string()),
+                n => parts.push(format!("t*{n}")),
+            }
+            if index == last {
+                parts.push("L".to_string());
+            }
+            parts.join(",")
+        })
+        .collect();
+    segments.join("|")
 }
 
 /// Megatron-LM's `--moe-layer-freq` pattern (a Python list expression, 1 = expert block) for

@@ -422,6 +422,7 @@ impl StageCostModel for SyntheticModel {
             fits: peak_memory <= capacity,
             time,
             stages: stage_estimates,
+            interval: None,
         })
     }
 }

@@ -12,6 +12,7 @@ use super::stage_exprs::StagedExprs;
 use super::{
     CostError, Estimate, MemoryBreakdown, PipelineShape, StageCost, StageEstimate, TimeBreakdown,
 };
+use crate::uncertainty::{PredictionInterval, RunTraits};
 use crate::{Expr, Program, Symbol};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -256,6 +257,11 @@ impl CostModel {
             fits: peak_memory <= self.memory_capacity(),
             time,
             stages,
+            interval: Some(PredictionInterval::around(
+                step,
+                tokens_per_s,
+                &RunTraits::of(spec, strategy),
+            )),
         })
     }
 }

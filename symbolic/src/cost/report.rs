@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use tessel_grammar::{Recompute, Spec, Strategy};
 
 use super::{Estimate, MemoryBreakdown, TimeBreakdown};
+use crate::uncertainty::PredictionInterval;
 
 /// Rounds to 6 significant digits (0 and non-finite values pass through as 0).
 pub fn round6(x: f64) -> f64 {
@@ -88,6 +89,20 @@ pub fn estimate_json(estimate: &Estimate) -> Value {
         json!(round6(estimate.memory_capacity_gib)),
     );
     map.insert("fits".into(), json!(estimate.fits));
+    if let Some(interval) = &estimate.interval {
+        let pair = |[low, high]: [f64; 2]| json!([round6(low), round6(high)]);
+        map.insert("step_time_s_interval".into(), pair(interval.step_time_s));
+        map.insert("tokens_per_s_interval".into(), pair(interval.tokens_per_s));
+        map.insert("coverage".into(), json!(interval.coverage));
+        map.insert(
+            "interval_basis".into(),
+            json!({
+                "runs": interval.runs,
+                "distance": round6(interval.distance),
+                "unvalidated": interval.unvalidated,
+            }),
+        );
+    }
     map.insert("time_s".into(), time_json(&estimate.time));
     map.insert("stages".into(), Value::Array(stages));
     Value::Object(map)
@@ -118,6 +133,22 @@ fn strategy_recompute_label(strategy: &Strategy) -> String {
     }
 }
 
+/// Where an interval comes from, in a line: its runs, their distance, what none of them shares.
+pub fn interval_basis(interval: &PredictionInterval) -> String {
+    let mut text = format!(
+        "the {} nearest validated runs (mean distance {:.2})",
+        interval.runs, interval.distance
+    );
+    if !interval.unvalidated.is_empty() {
+        let _ = write!(
+            text,
+            "; none of them has {}",
+            interval.unvalidated.join(", ")
+        );
+    }
+    text
+}
+
 /// A deterministic human-readable table of an estimate (`tessel estimate --format table`).
 pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -> String {
     let mut out = String::new();
@@ -145,9 +176,25 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
         strategy.zero
     );
     out.push('\n');
+    let within = |[low, high]: [f64; 2], decimals: usize, unit: &str| {
+        est.interval.as_ref().map_or(String::new(), |i| {
+            format!(
+                " ({low:.decimals$}–{high:.decimals$}{unit}, {:.0} %)",
+                100.0 * i.coverage
+            )
+        })
+    };
+    let step_interval = est.interval.as_ref().map_or([0.0; 2], |i| i.step_time_s);
+    let tokens_interval = est.interval.as_ref().map_or([0.0; 2], |i| i.tokens_per_s);
     let rows = [
-        ("step time", format!("{:.4} s", est.step_time_s)),
-        ("tokens/s", format!("{:.1}", est.tokens_per_s)),
+        (
+            "step time",
+            format!("{:.4} s{}", est.step_time_s, within(step_interval, 3, " s")),
+        ),
+        (
+            "tokens/s",
+            format!("{:.1}{}", est.tokens_per_s, within(tokens_interval, 0, "")),
+        ),
         (
             "tokens/s per GPU",
             format!("{:.1}", est.tokens_per_s_per_gpu),
@@ -174,6 +221,9 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
     ];
     for (name, value) in rows {
         let _ = writeln!(out, "{name:<26}{value}");
+    }
+    if let Some(interval) = est.interval.as_ref() {
+        let _ = writeln!(out, "{:<26}{}", "interval from", interval_basis(interval));
     }
     out.push_str("\ntime per step (s)\n");
     let t = &est.time;

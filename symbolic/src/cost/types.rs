@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::uncertainty::PredictionInterval;
+
 /// Bytes one GPU of a pipeline stage holds at its peak, by component.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryBreakdown {
@@ -116,4 +118,8 @@ pub struct Estimate {
     /// The step's critical path, by component.
     pub time: TimeBreakdown,
     pub stages: Vec<StageEstimate>,
+    /// Where the measured step time and throughput are expected to fall (absent from plan
+    /// files written before intervals).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<PredictionInterval>,
 }
