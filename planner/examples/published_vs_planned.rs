@@ -36,6 +36,27 @@ fn main() {
     }
     let fitting: Vec<_> = rows.iter().filter(|r| r.published_fits).collect();
     let no_slower = fitting.iter().filter(|r| r.planned_is_no_slower()).count();
+    let worse: Vec<String> = fitting
+        .iter()
+        .filter(|r| !r.planned_is_no_slower())
+        .map(|r| {
+            format!(
+                "- {} {} on {} GPUs: published {} ({:.3} s at the high end), planned {} ({:.3} s){}",
+                r.source,
+                r.model,
+                r.gpus,
+                describe_strategy(&r.published),
+                r.published_ranked_s,
+                describe_strategy(&r.planned),
+                r.planned_ranked_s,
+                if r.published_in_space {
+                    ""
+                } else {
+                    "; the published configuration is outside the default search space"
+                }
+            )
+        })
+        .collect();
     let speedups: Vec<(f64, [f64; 2])> = rows
         .iter()
         .filter_map(PublishedVsPlanned::speedup_over_measured)
@@ -64,6 +85,13 @@ fn main() {
         no_slower,
         rows.len() - fitting.len()
     );
+    if !worse.is_empty() {
+        let _ = writeln!(
+            out,
+            "Where the plan is worse by the bound:\n\n{}\n",
+            worse.join("\n")
+        );
+    }
     let _ = writeln!(
         out,
         "Against the {} runs with a measured throughput, the plans are expected {:+.1}% faster on\n\

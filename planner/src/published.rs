@@ -7,6 +7,7 @@
 use tessel_grammar::{SearchSpace, Spec, Strategy};
 use tessel_symbolic::cost::CostModel;
 
+use crate::space::{outer_configs, OuterConfig};
 use crate::{plan, Objective, PlanOptions};
 
 /// One published configuration and the planner's answer for the same job.
@@ -29,6 +30,8 @@ pub struct PublishedVsPlanned {
     /// Each configuration's step time as the search ranks it (the interval's high end).
     pub published_ranked_s: f64,
     pub planned_ranked_s: f64,
+    /// The published degrees are among the configurations the default search space holds.
+    pub published_in_space: bool,
 }
 
 impl PublishedVsPlanned {
@@ -86,6 +89,10 @@ pub fn compare_with_published(
         measured_step_s,
         published_ranked_s: objective.ranked_step_time(&estimate),
         planned_ranked_s: objective.ranked_step_time(prediction),
+        published_in_space: outer_configs(&spec)
+            .0
+            .iter()
+            .any(|o| *o == OuterConfig::of_strategy(published, spec.train.global_batch)),
     })
 }
 

