@@ -289,7 +289,7 @@ fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize) -> f64 {
     values.get(keep - 1).copied().unwrap_or(f64::INFINITY)
 }
 
-/// The factor of a solved configuration's options: with host offload on any stage or not.
+/// Whether any stage offloads to the host, which decides a configuration's ranking factor.
 fn offloads(options: &[StageOption]) -> bool {
     options.iter().any(|o| !o.offload.is_none())
 }
@@ -363,17 +363,8 @@ pub fn search(
         stats.evaluated += refined.len() as u64;
         stats.stage_evaluations += refined.iter().map(|r| r.evaluations).sum::<u64>();
         for r in &refined {
-            let ranked_upper = r
-                .probes
-                .iter()
-                .zip(&r.options)
-                .filter_map(|(p, o)| {
-                    p.even_step
-                        .map(|step| step * ranking.of(&r.outer, !o.offload.is_none()))
-                })
-                .min_by(f64::total_cmp);
-            if let Some(upper) = ranked_upper {
-                known.insert(r.outer, upper);
+            if let Some(even) = even_solution_ranked(r, spec, ranking) {
+                known.insert(r.outer, even.ranked_s);
             }
         }
         let bound = threshold(&known, keep);
