@@ -3,9 +3,10 @@
 use std::fmt::Write;
 
 use tessel_grammar::Recompute;
+use tessel_symbolic::cost::step_interval_label;
 
 use crate::plan::{Plan, SolverStatus};
-use crate::render::{choices_label, degrees_label, interval_label};
+use crate::render::{choices_label, degrees_label};
 
 /// Memory counts as binding once the fullest stage uses this share of its capacity.
 const TIGHT_MEMORY: f64 = 0.9;
@@ -158,7 +159,7 @@ pub fn render_validated_alternative(plan: &Plan, validated: Option<&Plan>) -> St
                 choices_label(other),
                 objective.name(),
                 theirs,
-                interval_label(&other.prediction),
+                step_interval_label(&other.prediction),
                 chosen,
                 (theirs / chosen - 1.0) * 100.0
             );

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use tessel_symbolic::cost::Estimate;
+use tessel_symbolic::cost::step_interval_label;
 
 use crate::plan::{Plan, PlanConfig, SolverStatus};
 use crate::space::{offload_label, per_stage_label, recompute_label};
@@ -91,18 +91,6 @@ fn ranked_by(plan: &Plan) -> String {
     }
 }
 
-/// ` (4.10–4.90 s, 80 %)`: the step time's interval, or nothing for plans without one.
-pub fn interval_label(estimate: &Estimate) -> String {
-    estimate.interval.as_ref().map_or(String::new(), |i| {
-        format!(
-            " ({:.3}–{:.3} s, {:.0} %)",
-            i.step_time_s[0],
-            i.step_time_s[1],
-            100.0 * i.coverage
-        )
-    })
-}
-
 /// The chosen configuration, its prediction and per-stage memory against capacity.
 pub fn render_table(plan: &Plan) -> String {
     let p = &plan.prediction;
@@ -119,7 +107,7 @@ pub fn render_table(plan: &Plan) -> String {
         out,
         "  step time    {:.3} s{}   tokens/s {:.0}   MFU {:.1}%   HFU {:.1}%",
         p.step_time_s,
-        interval_label(p),
+        step_interval_label(p),
         p.tokens_per_s,
         p.mfu * 100.0,
         p.hfu * 100.0
@@ -201,7 +189,7 @@ pub fn render_markdown(plan: &Plan) -> String {
         out,
         "| step time | {:.3} s{} |",
         p.step_time_s,
-        interval_label(p)
+        step_interval_label(p)
     );
     if plan.solver.status != SolverStatus::Fixed {
         let _ = writeln!(out, "| ranked by | {} step time |", plan.objective.name());

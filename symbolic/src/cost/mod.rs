@@ -20,7 +20,9 @@ pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};
 pub use overrides::StrategyOverrides;
-pub use report::{estimate_json, render_estimate_json, render_estimate_table, round6};
+pub use report::{
+    estimate_json, render_estimate_json, render_estimate_table, round6, step_interval_label,
+};
 pub use slots::{slot_values, Output, Slot};
 pub use stage_exprs::{stage_cost_exprs, StagedExprs};
 pub use types::*;

@@ -133,6 +133,28 @@ fn strategy_recompute_label(strategy: &Strategy) -> String {
     }
 }
 
+/// ` (low–high unit, 80 %)` for the range `pick` takes from the estimate's interval; nothing
+/// for an estimate without one (a plan written before intervals).
+fn interval_label(
+    est: &Estimate,
+    pick: fn(&PredictionInterval) -> [f64; 2],
+    decimals: usize,
+    unit: &str,
+) -> String {
+    est.interval.as_ref().map_or(String::new(), |i| {
+        let [low, high] = pick(i);
+        format!(
+            " ({low:.decimals$}–{high:.decimals$}{unit}, {:.0} %)",
+            100.0 * i.coverage
+        )
+    })
+}
+
+/// ` (4.217–6.087 s, 80 %)`: the step time's interval, as tables print it.
+pub fn step_interval_label(est: &Estimate) -> String {
+    interval_label(est, |i| i.step_time_s, 3, " s")
+}
+
 /// Where an interval comes from, in a line: its runs, their distance, what none of them shares.
 pub fn interval_basis(interval: &PredictionInterval) -> String {
     let mut text = format!(
@@ -176,24 +198,18 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
         strategy.zero
     );
     out.push('\n');
-    let within = |[low, high]: [f64; 2], decimals: usize, unit: &str| {
-        est.interval.as_ref().map_or(String::new(), |i| {
-            format!(
-                " ({low:.decimals$}–{high:.decimals$}{unit}, {:.0} %)",
-                100.0 * i.coverage
-            )
-        })
-    };
-    let step_interval = est.interval.as_ref().map_or([0.0; 2], |i| i.step_time_s);
-    let tokens_interval = est.interval.as_ref().map_or([0.0; 2], |i| i.tokens_per_s);
     let rows = [
         (
             "step time",
-            format!("{:.4} s{}", est.step_time_s, within(step_interval, 3, " s")),
+            format!("{:.4} s{}", est.step_time_s, step_interval_label(est)),
         ),
         (
             "tokens/s",
-            format!("{:.1}{}", est.tokens_per_s, within(tokens_interval, 0, "")),
+            format!(
+                "{:.1}{}",
+                est.tokens_per_s,
+                interval_label(est, |i| i.tokens_per_s, 0, "")
+            ),
         ),
         (
             "tokens/s per GPU",
