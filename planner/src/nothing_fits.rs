@@ -59,12 +59,7 @@ impl fmt::Display for NothingFits {
                  searched option combines them; add such an option to the search space."
             )?;
         }
-        let m = &self.memory;
-        writeln!(
-            f,
-            "{} dominate: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, buffers {:.1} GiB.",
-            self.dominant, m.weights, m.gradients, m.optimizer, m.activations, m.buffers
-        )?;
+        write_breakdown(f, &self.dominant, &self.memory)?;
         if self.suggestions.is_empty() {
             return Ok(());
         }
@@ -125,17 +120,21 @@ impl fmt::Display for FixedDoesNotFit {
             self.capacity_gib,
             (self.need_gib - self.capacity_gib).max(0.0)
         )?;
-        let m = &self.memory;
-        writeln!(
-            f,
-            "{} dominate: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, buffers {:.1} GiB.",
-            self.dominant, m.weights, m.gradients, m.optimizer, m.activations, m.buffers
-        )?;
+        write_breakdown(f, &self.dominant, &self.memory)?;
         writeln!(
             f,
             "raise tp, pp or the ZeRO stage, recompute, or leave the degrees out and let `tessel plan` search for one that fits."
         )
     }
+}
+
+/// `optimizer states dominate: weights 16.4, gradients 32.9, … GiB.`
+fn write_breakdown(f: &mut fmt::Formatter<'_>, dominant: &str, m: &MemoryBreakdown) -> fmt::Result {
+    writeln!(
+        f,
+        "{dominant} dominate: weights {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1}, buffers {:.1} GiB.",
+        m.weights, m.gradients, m.optimizer, m.activations, m.buffers
+    )
 }
 
 fn dominant_component(memory: &MemoryBreakdown) -> &'static str {

@@ -35,6 +35,25 @@ pub enum GpuGeneration {
 }
 
 impl GpuGeneration {
+    pub const ALL: [GpuGeneration; 5] = [
+        GpuGeneration::Volta,
+        GpuGeneration::Ampere,
+        GpuGeneration::Ada,
+        GpuGeneration::Hopper,
+        GpuGeneration::Other,
+    ];
+
+    /// The lower-case name tables and files use (`hopper`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuGeneration::Volta => "volta",
+            GpuGeneration::Ampere => "ampere",
+            GpuGeneration::Ada => "ada",
+            GpuGeneration::Hopper => "hopper",
+            GpuGeneration::Other => "other",
+        }
+    }
+
     /// Recognises the generation from the GPU's name (catalog names such as `a100_80gb`,
     /// `H100-SXM`, `V100`, `L4`).
     pub fn from_name(name: &str) -> GpuGeneration {

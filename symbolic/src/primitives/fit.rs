@@ -304,16 +304,6 @@ pub struct FittedPrimitives {
     pub stream_fraction: f64,
 }
 
-fn generation_label(generation: GpuGeneration) -> &'static str {
-    match generation {
-        GpuGeneration::Volta => "volta",
-        GpuGeneration::Ampere => "ampere",
-        GpuGeneration::Ada => "ada",
-        GpuGeneration::Hopper => "hopper",
-        GpuGeneration::Other => "other",
-    }
-}
-
 /// A measurement's published source, the unit a primitive is held out by.
 trait Sourced {
     fn source(&self) -> &str;
@@ -442,13 +432,13 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         let error =
             |r: &GemmMeasurement, p: &GemmParams| relative_error(predict_gemm(r, p), r.seconds);
         scores.push(PrimitiveScore {
-            kind: format!("GEMM: {}", generation_label(generation)),
+            kind: format!("GEMM: {}", generation.name()),
             rows: rows.len(),
             sources: sources(&rows).len(),
             in_fit: rows.iter().map(|r| error(r, &fitted)).collect(),
             held_out: held_out_errors(&rows, |kept| fit_gemms(kept, &start), error),
         });
-        gemms.insert(generation_label(generation), fitted);
+        gemms.insert(generation.name(), fitted);
     }
 
     // Attention: one parameter set per (generation, kernel class); errors of the time the
@@ -458,11 +448,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     for row in &data.attention {
         if let Some((generation, kernel)) = attention_class(row) {
             classes
-                .entry(format!(
-                    "{}.{}",
-                    generation_label(generation),
-                    kernel.label()
-                ))
+                .entry(format!("{}.{}", generation.name(), kernel.label()))
                 .or_default()
                 .push(row);
         }

@@ -21,7 +21,6 @@ use tessel_grammar::{Framework, Precision};
 
 use super::held_out::{held_out_runs, HeldOutRun};
 use super::run_traits::RunTraits;
-use crate::cost::GpuGeneration;
 
 /// The share of runs an interval is meant to contain.
 pub const COVERAGE: f64 = 0.8;
@@ -184,7 +183,7 @@ fn mechanisms(traits: &RunTraits) -> Vec<(String, Shares)> {
     let mut found: Vec<(String, Shares)> = Vec::new();
     let generation = traits.generation;
     found.push((
-        format!("{} GPUs", generation_label(generation)),
+        format!("{generation:?} GPUs"),
         Box::new(move |t| t.generation == generation),
     ));
     let framework = traits.framework;
@@ -216,16 +215,6 @@ fn mechanisms(traits: &RunTraits) -> Vec<(String, Shares)> {
         ));
     }
     found
-}
-
-fn generation_label(generation: GpuGeneration) -> &'static str {
-    match generation {
-        GpuGeneration::Volta => "Volta",
-        GpuGeneration::Ampere => "Ampere",
-        GpuGeneration::Ada => "Ada",
-        GpuGeneration::Hopper => "Hopper",
-        GpuGeneration::Other => "unrecognised",
-    }
 }
 
 #[cfg(test)]

@@ -105,7 +105,7 @@ impl RunTraits {
 
     pub fn to_fields(&self) -> Vec<String> {
         vec![
-            generation_name(self.generation).to_string(),
+            self.generation.name().to_string(),
             self.framework.name().to_string(),
             precision_name(self.precision).to_string(),
             self.gpus.to_string(),
@@ -143,13 +143,7 @@ impl RunTraits {
                 .position(|n| *n == fields[i])
                 .ok_or_else(|| format!("{}: unknown `{}`", Self::COLUMNS[i], fields[i]))
         };
-        let generations = [
-            GpuGeneration::Volta,
-            GpuGeneration::Ampere,
-            GpuGeneration::Ada,
-            GpuGeneration::Hopper,
-            GpuGeneration::Other,
-        ];
+        let generations = GpuGeneration::ALL;
         let precisions = [
             Precision::Bf16,
             Precision::Fp16,
@@ -163,7 +157,7 @@ impl RunTraits {
             RecomputeKind::Partial,
         ];
         Ok(RunTraits {
-            generation: generations[pick(0, &generations.map(generation_name))?],
+            generation: generations[pick(0, &generations.map(GpuGeneration::name))?],
             framework: Framework::ALL[pick(1, &Framework::ALL.map(Framework::name))?],
             precision: precisions[pick(2, &precisions.map(precision_name))?],
             gpus: int(3)?,
@@ -181,16 +175,6 @@ impl RunTraits {
                 .parse()
                 .map_err(|_| format!("params_b: `{}` is not a number", fields[14]))?,
         })
-    }
-}
-
-fn generation_name(generation: GpuGeneration) -> &'static str {
-    match generation {
-        GpuGeneration::Volta => "volta",
-        GpuGeneration::Ampere => "ampere",
-        GpuGeneration::Ada => "ada",
-        GpuGeneration::Hopper => "hopper",
-        GpuGeneration::Other => "other",
     }
 }
 
