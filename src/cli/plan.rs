@@ -48,12 +48,12 @@ pub struct Args {
     /// Improvement in predicted step time, in percent, that makes a committed plan stale.
     #[arg(long, default_value_t = 1.0)]
     pub threshold: f64,
-    /// Plan this fixed configuration (a `strategy` block, with any overrides) instead of searching.
     /// Rank plans by the predicted step time (`expected`) or by the high end of its 80 %
     /// interval (`pessimistic`), which keeps the search out of regimes the published runs
     /// validate thinly.
     #[arg(long, default_value = "pessimistic", value_parser = parse_objective)]
     pub objective: Objective,
+    /// Plan this fixed configuration (a `strategy` block, with any overrides) instead of searching.
     #[command(flatten)]
     pub fixed: StrategyArgs,
     #[command(flatten)]
