@@ -99,6 +99,14 @@ struct InnerOutcome {
     milp: bool,
 }
 
+impl Solved {
+    /// The solution with its rank: its step time times the factor of what it offloads.
+    fn ranked(mut self, ranking: &RankingFactor) -> Solved {
+        self.ranked_s = self.step_time_s * ranking.of(&self.outer, offloads(&self.options));
+        self
+    }
+}
+
 fn total_order(a: &Solved, b: &Solved) -> std::cmp::Ordering {
     a.ranked_s
         .total_cmp(&b.ranked_s)
@@ -165,10 +173,7 @@ fn even_solution(refined: &Refined, spec: &Spec) -> Option<Solved> {
 /// bound, so what the search counts as known is always achieved.
 fn even_solution_ranked(refined: &Refined, spec: &Spec, ranking: &RankingFactor) -> Option<Solved> {
     even_solutions(refined, spec)
-        .map(|mut s| {
-            s.ranked_s = s.step_time_s * ranking.of(&s.outer, offloads(&s.options));
-            s
-        })
+        .map(|s| s.ranked(ranking))
         .min_by(total_order)
 }
 
@@ -362,10 +367,14 @@ pub fn search(
         next = end;
         stats.evaluated += refined.len() as u64;
         stats.stage_evaluations += refined.iter().map(|r| r.evaluations).sum::<u64>();
-        for r in &refined {
-            if let Some(even) = even_solution_ranked(r, spec, ranking) {
-                known.insert(r.outer, even.ranked_s);
-            }
+        // Each configuration's best-ranked even split: its ranked upper bound now, and its
+        // fallback once solved.
+        let evens: Vec<Option<Solved>> = refined
+            .iter()
+            .map(|r| even_solution_ranked(r, spec, ranking))
+            .collect();
+        for even in evens.iter().flatten() {
+            known.insert(even.outer, even.ranked_s);
         }
         let bound = threshold(&known, keep);
         let outcomes: Vec<Option<InnerOutcome>> = refined
@@ -398,22 +407,18 @@ pub fn search(
                     let other = solve_inner(spec, model, &plain, cutoff, settings);
                     outcome.evaluations += other.evaluations;
                     outcome.milp |= other.milp;
-                    let ranked =
-                        |s: &Solved| s.step_time_s * ranking.of(&s.outer, offloads(&s.options));
-                    if let Some(found) = other.solved {
-                        if outcome
-                            .solved
-                            .as_ref()
-                            .is_none_or(|s| ranked(&found) < ranked(s))
-                        {
-                            outcome.solved = Some(found);
-                        }
+                    if let Some(found) = other.solved.map(|s| s.ranked(ranking)) {
+                        let current = outcome.solved.take().map(|s| s.ranked(ranking));
+                        outcome.solved = Some(match current {
+                            Some(s) if s.ranked_s <= found.ranked_s => s,
+                            _ => found,
+                        });
                     }
                 }
                 Some(outcome)
             })
             .collect();
-        for (r, outcome) in refined.iter().zip(outcomes) {
+        for ((r, outcome), even) in refined.iter().zip(outcomes).zip(evens) {
             let Some(outcome) = outcome else {
                 if r.mixed.lower.is_none() {
                     stats.pruned_memory += 1;
@@ -427,15 +432,11 @@ pub fn search(
             // The split is solved in predicted seconds; an even split with another option may
             // rank better, and stands in when the solver finds nothing under its cutoff, so
             // that every upper bound counted in `known` belongs to a solution kept here.
-            let even = even_solution_ranked(r, spec, ranking);
-            let best = match outcome.solved {
-                Some(mut s) => {
-                    s.ranked_s = s.step_time_s * ranking.of(&s.outer, offloads(&s.options));
-                    Some(match even {
-                        Some(e) if e.ranked_s < s.ranked_s => e,
-                        _ => s,
-                    })
-                }
+            let best = match outcome.solved.map(|s| s.ranked(ranking)) {
+                Some(s) => Some(match even {
+                    Some(e) if e.ranked_s < s.ranked_s => e,
+                    _ => s,
+                }),
                 None => even.filter(|e| e.ranked_s <= bound),
             };
             match best.filter(|s| s.ranked_s.is_finite()) {
