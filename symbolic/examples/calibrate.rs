@@ -602,7 +602,7 @@ fn regime_rows() -> Vec<HeldOutRun> {
                 group: format!("regime: {}", o.case.regime),
                 model: o.case.model.clone(),
                 traits: RunTraits::of(&o.case.spec, &o.case.spec.strategies[0]),
-                log_error: (1.0 + o.step_error).ln(),
+                log_error: o.log_step_error(),
             })
             .collect(),
         Err(err) => {

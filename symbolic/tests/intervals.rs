@@ -39,6 +39,18 @@ fn coverage(keep: impl Fn(usize, usize) -> bool) -> (BTreeMap<String, (usize, us
     (groups, hit as f64 / all as f64)
 }
 
+/// The coverage table the docs quote (`-- --nocapture`).
+fn print_coverage(first_column: &str, groups: &BTreeMap<String, (usize, usize)>, overall: f64) {
+    println!("| {first_column} | runs | inside the 80 % interval |\n|---|---:|---:|");
+    for (group, (hit, n)) in groups {
+        println!(
+            "| {group} | {n} | {:.0} % |",
+            100.0 * *hit as f64 / *n as f64
+        );
+    }
+    println!("| all | | {:.1} % |", 100.0 * overall);
+}
+
 /// Published-run sources: every group but the regime runs.
 fn is_source(group: &str) -> bool {
     !group.starts_with("regime:")
@@ -81,7 +93,7 @@ fn the_table_matches_the_committed_cost_model() {
         .collect();
     assert_eq!(stored.len(), outcomes.len());
     for (run, outcome) in stored.iter().zip(&outcomes) {
-        let now = (1.0 + outcome.step_error).ln();
+        let now = outcome.log_step_error();
         assert!(
             (run.log_error - now).abs() < 2e-5,
             "{} {}: table {:.5}, model now {now:.5}; regenerate the held-out table",
@@ -97,14 +109,7 @@ fn eighty_percent_intervals_hold_eighty_percent_of_held_out_runs() {
     // Each run's interval comes from every other held-out run (the cost model never saw any of
     // them: each was predicted by the fit that left its source out).
     let (groups, overall) = coverage(|i, j| i != j);
-    println!("| group | runs | inside the 80 % interval |\n|---|---:|---:|");
-    for (group, (hit, n)) in &groups {
-        println!(
-            "| {group} | {n} | {:.0} % |",
-            100.0 * *hit as f64 / *n as f64
-        );
-    }
-    println!("| all | | {:.1} % |", 100.0 * overall);
+    print_coverage("group", &groups, overall);
     assert!((0.75..=0.85).contains(&overall), "overall {overall:.3}");
     for (group, &(hit, n)) in groups.iter().filter(|(g, _)| is_source(g)) {
         let share = hit as f64 / n as f64;
@@ -132,14 +137,7 @@ fn a_source_left_out_of_the_intervals_too_is_still_mostly_covered() {
     // widening with distance is what holds coverage up here.
     let runs = held_out_runs();
     let (groups, overall) = coverage(|i, j| runs[i].group != runs[j].group);
-    println!("| group held out | runs | inside |\n|---|---:|---:|");
-    for (group, (hit, n)) in &groups {
-        println!(
-            "| {group} | {n} | {:.0} % |",
-            100.0 * *hit as f64 / *n as f64
-        );
-    }
-    println!("| all | | {:.1} % |", 100.0 * overall);
+    print_coverage("group held out", &groups, overall);
     assert!(overall >= 0.6, "overall {overall:.3}");
 }
 

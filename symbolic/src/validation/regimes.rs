@@ -46,6 +46,13 @@ pub struct RegimeOutcome {
     pub step_error: f64,
 }
 
+impl RegimeOutcome {
+    /// ln(predicted / measured step time), the held-out error table's measure.
+    pub fn log_step_error(&self) -> f64 {
+        (1.0 + self.step_error).ln()
+    }
+}
+
 /// `data/regimes/runs.csv` in this repository.
 pub fn default_regimes_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
