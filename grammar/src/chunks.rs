@@ -18,9 +18,36 @@ pub fn stage_chunks(stage_layers: &[u64], interleave: u64) -> Vec<u64> {
     chunks
 }
 
+/// Why chunk layers (model order) leave a chunk empty where no framework would, if they do.
+/// Only the first chunk may hold the embedding alone and only the last the loss alone
+/// (Megatron-LM's `E|…` and `…|L` pipeline layouts); a chunk in between needs a layer.
+pub fn empty_chunk_error(chunks: &[u64]) -> Option<String> {
+    let last = chunks.len().checked_sub(1)?;
+    let inner = chunks
+        .iter()
+        .enumerate()
+        .position(|(index, &layers)| layers == 0 && index != 0 && index != last);
+    if let Some(index) = inner {
+        return Some(format!(
+            "chunk {index} holds no layer; only the first chunk (the embedding alone) or the last \
+             (the loss alone) may"
+        ));
+    }
+    (last == 0 && chunks[0] == 0).then(|| "the only chunk holds no layer".to_string())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::stage_chunks;
+    use super::{empty_chunk_error, stage_chunks};
+
+    #[test]
+    fn only_end_chunks_may_be_empty() {
+        assert_eq!(empty_chunk_error(&[0, 10, 10, 0]), None);
+        assert!(empty_chunk_error(&[5, 0, 10, 5])
+            .unwrap()
+            .contains("chunk 1"));
+        assert!(empty_chunk_error(&[0]).is_some());
+    }
 
     #[test]
     fn earlier_chunks_take_the_remainder() {

@@ -7,7 +7,9 @@
 //!   (ZeRO-1); `--optimizer-cpu-offload` with `--optimizer-offload-fraction` moves any share of
 //!   it to the host (it needs the distributed optimizer); `--cpu-offloading-num-layers` offloads
 //!   activations only without pipeline parallelism and without recompute; interleaved
-//!   schedules (`--num-layers-per-virtual-pipeline-stage`), context parallelism.
+//!   schedules (`--num-layers-per-virtual-pipeline-stage`), context parallelism, and
+//!   selective recompute of named modules (`--recompute-modules core_attn layernorm moe_act`,
+//!   Megatron-Core's `TransformerConfig.recompute_modules`; Megatron-FSDP shares it).
 //! - Megatron-FSDP (`megatron_fsdp`, `--use-megatron-fsdp`):
 //!   `--data-parallel-sharding-strategy no_shard | optim | optim_grads | optim_grads_params`
 //!   (ZeRO 0–3), with tensor, context and expert parallelism but no pipeline parallelism.
@@ -19,9 +21,10 @@
 //!   (ZeRO-3, or ZeRO-2 with `fsdp_reshard_after_forward = "never"`); DDP only when data
 //!   parallelism is the sole parallelism; `enable_cpu_offload` moves weights, gradients and
 //!   optimizer state to the host together; tensor parallelism always shards norms along the
-//!   sequence; activation checkpointing is none, selective or every layer.
+//!   sequence; activation checkpointing is none, selective or every layer. DeepSpeed and
+//!   torchtitan recompute no module but the attention core on its own.
 
-use crate::spec::{Framework, Offload, Recompute, Strategy};
+use crate::spec::{Framework, Offload, Recompute, RecomputeModules, Strategy};
 
 /// How a framework offloads optimizer state to host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,8 +91,14 @@ pub struct Capabilities {
     pub zero0_with_model_parallelism: bool,
     /// Tensor parallelism without sequence parallelism.
     pub tp_without_sequence_parallel: bool,
+    /// Experts with a tensor-parallel degree of their own below `tp`, their expert-parallel
+    /// ranks drawn from tp·dp·cp (Megatron-Core's MoE parallel folding,
+    /// `--expert-tensor-parallel-size`).
+    pub expert_folding: bool,
     /// Which `recompute = { full_layers = N }` it runs.
     pub partial_recompute: PartialRecompute,
+    /// The modules it can recompute on their own (`selective` is the attention core).
+    pub recompute_modules: RecomputeModules,
     pub optimizer_offload: OptimizerOffload,
     /// Weights in host memory (DeepSpeed's `offload_param`, ZeRO-3), all of them.
     pub weight_offload_under_zero3: bool,
@@ -117,7 +126,11 @@ impl Framework {
                 context_parallel: true,
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
+                expert_folding: true,
                 partial_recompute: PartialRecompute::FirstLayers,
+                recompute_modules: RecomputeModules::CORE_ATTN
+                    .with(RecomputeModules::LAYERNORM)
+                    .with(RecomputeModules::MOE_ACT),
                 optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 1 },
                 weight_offload_under_zero3: false,
                 gradient_offload_with_optimizer: false,
@@ -130,7 +143,11 @@ impl Framework {
                 context_parallel: true,
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
+                expert_folding: true,
                 partial_recompute: PartialRecompute::FirstLayers,
+                recompute_modules: RecomputeModules::CORE_ATTN
+                    .with(RecomputeModules::LAYERNORM)
+                    .with(RecomputeModules::MOE_ACT),
                 optimizer_offload: OptimizerOffload::Never,
                 weight_offload_under_zero3: false,
                 gradient_offload_with_optimizer: false,
@@ -143,7 +160,9 @@ impl Framework {
                 context_parallel: false,
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
+                expert_folding: false,
                 partial_recompute: PartialRecompute::FirstLayers,
+                recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::WholeOrFractionUnderZero3,
                 weight_offload_under_zero3: true,
                 gradient_offload_with_optimizer: true,
@@ -156,7 +175,9 @@ impl Framework {
                 context_parallel: true,
                 zero0_with_model_parallelism: false,
                 tp_without_sequence_parallel: false,
+                expert_folding: false,
                 partial_recompute: PartialRecompute::EveryKthLayer,
+                recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::WithWeightsAndGradients,
                 weight_offload_under_zero3: false,
                 gradient_offload_with_optimizer: false,
@@ -219,6 +240,13 @@ impl Framework {
                 strategy.cp
             ));
         }
+        if strategy.expert_tp() != strategy.tp && !can.expert_folding {
+            reasons.push(format!(
+                "etp = {}: {name} splits experts over tp ({}), with no folding of its own",
+                strategy.expert_tp(),
+                strategy.tp
+            ));
+        }
         if strategy.tp > 1 && !strategy.sequence_parallel && !can.tp_without_sequence_parallel {
             reasons.push(format!(
                 "sequence_parallel = false: {name}'s tensor parallelism always shards norms along \
@@ -262,6 +290,17 @@ impl Framework {
                     }
                 ));
             }
+        }
+        let missing = recompute.modules().without(can.recompute_modules);
+        if missing != RecomputeModules::NONE {
+            reasons.push(format!(
+                "recompute = {recompute}: {name} recomputes {}, not {missing}",
+                if can.recompute_modules == RecomputeModules::CORE_ATTN {
+                    "the attention core alone (selective) among modules".to_string()
+                } else {
+                    format!("only the modules {}", can.recompute_modules)
+                }
+            ));
         }
         let fraction = |x: f64| x > 0.0 && x < 1.0;
         let optimizer_ok = match can.optimizer_offload {
@@ -416,6 +455,7 @@ mod tests {
             pp,
             cp: 1,
             ep: 1,
+            etp: None,
             microbatch: 1,
             interleave: 1,
             recompute: Recompute::None,

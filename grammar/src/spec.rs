@@ -394,9 +394,37 @@ pub enum Recompute {
     Partial {
         full_layers: u64,
     },
+    /// Re-run the named modules of every layer (Megatron-LM's `--recompute-granularity
+    /// selective --recompute-modules …`); more than the attention core alone, which is
+    /// `Selective`.
+    Modules(RecomputeModules),
 }
 
-/// The spec language's spelling: `none`, `selective`, `full`, `{ full_layers = N }`.
+impl Recompute {
+    /// The recompute of `modules`: none for no module, `Selective` for the attention core
+    /// alone, so that each choice has one spelling.
+    pub fn of_modules(modules: RecomputeModules) -> Recompute {
+        if modules == RecomputeModules::NONE {
+            Recompute::None
+        } else if modules == RecomputeModules::CORE_ATTN {
+            Recompute::Selective
+        } else {
+            Recompute::Modules(modules)
+        }
+    }
+
+    /// The modules re-run in layers that are not fully recomputed.
+    pub fn modules(self) -> RecomputeModules {
+        match self {
+            Recompute::Selective => RecomputeModules::CORE_ATTN,
+            Recompute::Modules(modules) => modules,
+            Recompute::None | Recompute::Full | Recompute::Partial { .. } => RecomputeModules::NONE,
+        }
+    }
+}
+
+/// The spec language's spelling: `none`, `selective`, `full`, `{ full_layers = N }`,
+/// `{ modules = [layernorm, moe_act] }`.
 impl std::fmt::Display for Recompute {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -404,7 +432,85 @@ impl std::fmt::Display for Recompute {
             Recompute::Selective => f.write_str("selective"),
             Recompute::Full => f.write_str("full"),
             Recompute::Partial { full_layers } => write!(f, "{{ full_layers = {full_layers} }}"),
+            Recompute::Modules(modules) => write!(f, "{{ modules = [{modules}] }}"),
         }
+    }
+}
+
+/// A set of modules whose forward is re-run in backward, by Megatron-LM's names
+/// (`--recompute-modules`, megatron/core/transformer/transformer_config.py).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecomputeModules(u8);
+
+impl RecomputeModules {
+    pub const NONE: RecomputeModules = RecomputeModules(0);
+    /// Scores, softmax and values of attention.
+    pub const CORE_ATTN: RecomputeModules = RecomputeModules(1);
+    /// The two norms of each layer: their outputs are not kept.
+    pub const LAYERNORM: RecomputeModules = RecomputeModules(2);
+    /// The experts' activation function: its output, the down projection's input, is not kept.
+    pub const MOE_ACT: RecomputeModules = RecomputeModules(4);
+    /// Every module Tessel models, by name, in Megatron-LM's order.
+    pub const NAMED: [(&'static str, RecomputeModules); 3] = [
+        ("core_attn", RecomputeModules::CORE_ATTN),
+        ("layernorm", RecomputeModules::LAYERNORM),
+        ("moe_act", RecomputeModules::MOE_ACT),
+    ];
+
+    pub fn contains(self, other: RecomputeModules) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn with(self, other: RecomputeModules) -> RecomputeModules {
+        RecomputeModules(self.0 | other.0)
+    }
+
+    /// The modules of `self` that `other` lacks.
+    pub fn without(self, other: RecomputeModules) -> RecomputeModules {
+        RecomputeModules(self.0 & !other.0)
+    }
+
+    /// The names of the modules in the set, in Megatron-LM's order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Self::NAMED
+            .into_iter()
+            .filter(move |(_, module)| self.contains(*module))
+            .map(|(name, _)| name)
+    }
+
+    pub fn by_name(name: &str) -> Option<RecomputeModules> {
+        Self::NAMED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, module)| *module)
+    }
+}
+
+impl std::fmt::Display for RecomputeModules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.names().collect::<Vec<_>>().join(", "))
+    }
+}
+
+/// Plan files list the modules by name.
+impl Serialize for RecomputeModules {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.names())
+    }
+}
+
+impl<'de> Deserialize<'de> for RecomputeModules {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let names = Vec::<String>::deserialize(deserializer)?;
+        names.iter().try_fold(RecomputeModules::NONE, |set, name| {
+            RecomputeModules::by_name(name)
+                .map(|module| set.with(module))
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "unknown recompute module `{name}` (known: core_attn, layernorm, moe_act)"
+                    ))
+                })
+        })
     }
 }
 
@@ -436,6 +542,11 @@ pub struct Strategy {
     pub pp: u64,
     pub cp: u64,
     pub ep: u64,
+    /// Tensor-parallel degree of the experts when it is not `tp` (Megatron-Core's MoE
+    /// parallel folding, `--expert-tensor-parallel-size`): the experts' `etp · ep` ranks are
+    /// drawn from the `tp · cp · dp` ranks of a pipeline stage together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etp: Option<u64>,
     /// Sequences per micro-batch.
     pub microbatch: u64,
     /// Virtual pipeline chunks per device (1 = plain 1F1B).
@@ -467,6 +578,7 @@ impl Default for Strategy {
             pp: 1,
             cp: 1,
             ep: 1,
+            etp: None,
             microbatch: 1,
             interleave: 1,
             recompute: Recompute::None,
@@ -481,6 +593,63 @@ impl Default for Strategy {
 }
 
 impl Strategy {
+    /// The experts' tensor-parallel degree: `etp` when written, else `tp`.
+    pub fn expert_tp(&self) -> u64 {
+        self.etp.unwrap_or(self.tp)
+    }
+
+    /// Why the experts cannot be laid out as written on `model`, if they cannot: `ep` must
+    /// divide the experts, and unfolded (`etp = tp`) it takes its ranks from `dp·cp`; folded
+    /// (`etp` dividing `tp` and below it, Megatron-Core's MoE parallel folding) `etp·ep` ranks
+    /// come from the `tp·cp·dp` ranks of a pipeline stage, with sequence parallelism.
+    pub fn expert_layout_error(&self, model: &ModelSpec) -> Option<String> {
+        let Some(moe) = &model.moe else {
+            return if self.ep > 1 {
+                Some(format!("ep = {} needs a mixture-of-experts model", self.ep))
+            } else if self.etp.is_some() {
+                Some("etp needs a mixture-of-experts model".to_string())
+            } else {
+                None
+            };
+        };
+        if self.ep == 0 || !moe.experts.is_multiple_of(self.ep) {
+            return Some(format!(
+                "ep = {} must divide the {} experts",
+                self.ep, moe.experts
+            ));
+        }
+        let etp = self.expert_tp();
+        let data_ranks = self.dp.saturating_mul(self.cp);
+        if etp == self.tp {
+            return (!data_ranks.is_multiple_of(self.ep)).then(|| {
+                format!(
+                    "ep = {} must divide dp·cp = {data_ranks} (or fold the experts over tp \
+                     with etp below tp)",
+                    self.ep
+                )
+            });
+        }
+        if etp == 0 || etp > self.tp || !self.tp.is_multiple_of(etp) {
+            return Some(format!("etp = {etp} must divide tp = {}", self.tp));
+        }
+        let ranks = data_ranks.saturating_mul(self.tp);
+        let expert_ranks = self.ep.saturating_mul(etp);
+        if !ranks.is_multiple_of(expert_ranks) {
+            return Some(format!(
+                "etp·ep = {etp}·{} = {expert_ranks} must divide tp·cp·dp = {ranks}",
+                self.ep
+            ));
+        }
+        if self.tp > 1 && !self.sequence_parallel {
+            return Some(
+                "folded experts (etp below tp) need sequence parallelism, as Megatron-Core's \
+                 MoE layers do"
+                    .to_string(),
+            );
+        }
+        None
+    }
+
     /// The recompute choice of pipeline stage `stage`.
     pub fn recompute_of(&self, stage: u64) -> Recompute {
         self.stage_recompute

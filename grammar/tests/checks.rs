@@ -593,3 +593,91 @@ strategy megatron_reference {         # a fixed configuration, for `tessel estim
     );
     assert_eq!(reference.recompute, Recompute::Selective);
 }
+
+#[test]
+fn recompute_of_named_modules() {
+    let moe = MODEL.replace(
+        "mlp = swiglu",
+        "mlp = swiglu, moe = { experts = 8, top_k = 2, expert_ffn_hidden = 8 }",
+    );
+    let strategy = |model: &str, s: &str| format!("{model}{CLUSTER}{TRAIN}strategy s {{ {s} }}");
+    let modules = spec(&strategy(
+        &moe,
+        "recompute = { modules = [moe_act, layernorm] }",
+    ));
+    let recompute = modules.strategies[0].recompute;
+    assert_eq!(recompute.to_string(), "{ modules = [layernorm, moe_act] }");
+    assert!(matches!(recompute, Recompute::Modules(_)));
+    // The attention core alone is `selective`: one spelling for one choice.
+    let core = spec(&strategy(MODEL, "recompute = { modules = [core_attn] }"));
+    assert_eq!(core.strategies[0].recompute, Recompute::Selective);
+    assert_error(
+        &strategy(MODEL, "recompute = { modules = [moe_act] }"),
+        "`moe_act` recomputes the experts' activation, but model `tiny` has no experts",
+    );
+    assert_error(
+        &strategy(MODEL, "recompute = { modules = [mlp] }"),
+        "recompute of `mlp` is not modelled by Tessel yet",
+    );
+    assert_error(
+        &strategy(MODEL, "recompute = { modules = [layernrm] }"),
+        "unknown recompute module `layernrm`: Tessel models core_attn, layernorm, moe_act",
+    );
+    assert_error(
+        &strategy(
+            MODEL,
+            "recompute = { modules = [layernorm], full_layers = 1 }",
+        ),
+        "`recompute` takes `full_layers` or `modules`, not both",
+    );
+    // Only Megatron-Core recomputes modules other than the attention core.
+    let mut fsdp = modules.strategies[0].clone();
+    fsdp.zero = 3;
+    let reasons = tessel_grammar::Framework::Fsdp.limits(&fsdp, 4);
+    assert_eq!(
+        reasons,
+        vec![
+            "recompute = { modules = [layernorm, moe_act] }: torchtitan recomputes the attention \
+             core alone (selective) among modules, not layernorm, moe_act"
+                .to_string()
+        ]
+    );
+    assert!(tessel_grammar::Framework::Megatron
+        .limits(&modules.strategies[0], 4)
+        .is_empty());
+}
+
+#[test]
+fn experts_fold_over_tensor_and_data_parallel_ranks() {
+    let moe = MODEL.replace(
+        "mlp = swiglu",
+        "mlp = swiglu, moe = { experts = 8, top_k = 2, expert_ffn_hidden = 8 }",
+    );
+    let strategy = |s: &str| format!("{moe}{CLUSTER}{TRAIN}strategy s {{ {s} }}");
+    // tp 2 × dp 4 (pp 2): unfolded, ep 8 does not divide dp; folded, etp 1 × ep 8 divides 8.
+    let folded = spec(&strategy(
+        "tp = 2; pp = 2; ep = 8; etp = 1; sequence_parallel = true",
+    ));
+    assert_eq!(folded.strategies[0].expert_tp(), 1);
+    assert_error(
+        &strategy("tp = 4; pp = 2; ep = 2; etp = 3; sequence_parallel = true"),
+        "etp = 3 must divide tp = 4 (model `tiny`)",
+    );
+    assert_error(
+        &strategy("tp = 2; pp = 2; ep = 8; etp = 1"),
+        "folded experts (etp below tp) need sequence parallelism, as Megatron-Core's MoE layers \
+         do (model `tiny`)",
+    );
+}
+
+#[test]
+fn only_end_chunks_may_hold_no_layer() {
+    let with = |s: &str| format!("{}strategy s {{ {s} }}", base());
+    let embedding_only = spec(&with("pp = 2; stages = [0, 4]"));
+    assert_eq!(embedding_only.strategies[0].stages, Some(vec![0, 4]));
+    assert_error(
+        &with("pp = 2; interleave = 2; stages = [1, 0, 2, 1]"),
+        "`stages`: chunk 1 holds no layer; only the first chunk (the embedding alone) or the last \
+         (the loss alone) may",
+    );
+}

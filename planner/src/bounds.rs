@@ -9,7 +9,7 @@
 //! `sum_weight·Σ_lb + max_weight·T_lb + max tail_min`. The even split gives a feasible step
 //! time, an upper bound.
 
-use tessel_grammar::{Framework, Offload, Recompute, Spec, Strategy};
+use tessel_grammar::{Framework, Offload, Recompute, RecomputeModules, Spec, Strategy};
 use tessel_symbolic::cost::{PipelineShape, StageCost};
 
 use crate::cost_model::StageCostModel;
@@ -344,10 +344,11 @@ pub fn leanest_envelope(options: &[StageOption]) -> StageOption {
         .any(|o| matches!(o.recompute, Recompute::Full | Recompute::Partial { .. }))
     {
         Recompute::Full
-    } else if options.iter().any(|o| o.recompute == Recompute::Selective) {
-        Recompute::Selective
     } else {
-        Recompute::None
+        // Every module any option re-runs.
+        Recompute::of_modules(options.iter().fold(RecomputeModules::NONE, |all, o| {
+            all.with(o.recompute.modules())
+        }))
     };
     let offload = options.iter().fold(Offload::default(), |acc, o| Offload {
         optimizer: acc.optimizer.max(o.offload.optimizer),

@@ -45,16 +45,15 @@ pub fn even_split(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
 
 pub use tessel_grammar::stage_chunks;
 
-/// The model layer ranges `[first, last)` each stage holds, one per non-empty chunk, from the
-/// layers per chunk in model order.
+/// The model layer ranges `[first, last)` each stage holds, one per chunk, from the layers per
+/// chunk in model order.
 pub fn chunk_ranges(chunks: &[u64], pp: u64) -> Vec<Vec<[u64; 2]>> {
     let pp = pp.max(1) as usize;
     let mut ranges = vec![Vec::new(); pp];
     let mut next = 0;
     for (j, &size) in chunks.iter().enumerate() {
-        if size > 0 {
-            ranges[j % pp].push([next, next + size]);
-        }
+        // An empty end chunk (the embedding or the loss alone) keeps its place.
+        ranges[j % pp].push([next, next + size]);
         next += size;
     }
     ranges

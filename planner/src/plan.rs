@@ -55,6 +55,10 @@ pub struct PlanConfig {
     pub pp: u64,
     pub cp: u64,
     pub ep: u64,
+    /// The experts' tensor-parallel degree when folded below `tp` (absent: `tp`, and from
+    /// plans written before folding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etp: Option<u64>,
     pub interleave: u64,
     /// Sequences per micro-batch.
     pub microbatch: u64,
@@ -236,6 +240,7 @@ impl Plan {
             pp: self.config.pp,
             cp: self.config.cp,
             ep: self.config.ep,
+            etp: self.config.etp,
             microbatch: self.config.microbatch,
             interleave: self.config.interleave,
             sequence_parallel: self.config.sequence_parallel,

@@ -60,6 +60,7 @@ fn config_of(outer: &OuterConfig) -> PlanConfig {
         pp: outer.pp,
         cp: outer.cp,
         ep: outer.ep,
+        etp: (outer.etp != outer.tp).then_some(outer.etp),
         interleave: outer.interleave,
         microbatch: outer.microbatch,
         microbatches: outer.microbatches,
@@ -211,12 +212,8 @@ fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
             spec.train.global_batch
         ));
     }
-    if !(strategy.dp.saturating_mul(strategy.cp)).is_multiple_of(strategy.ep) {
-        return invalid(format!(
-            "ep = {} does not divide dp·cp = {}",
-            strategy.ep,
-            strategy.dp.saturating_mul(strategy.cp)
-        ));
+    if let Some(reason) = strategy.expert_layout_error(&spec.model) {
+        return invalid(reason);
     }
     if strategy.pp.saturating_mul(strategy.interleave) > spec.model.layers {
         return invalid(format!(
@@ -240,8 +237,8 @@ fn check_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), PlanError> {
                 spec.model.layers
             ));
         }
-        if let Some(chunk) = stages.iter().position(|&l| l == 0) {
-            return invalid(format!("chunk {chunk} of `stages` holds no layer"));
+        if let Some(reason) = tessel_grammar::empty_chunk_error(stages) {
+            return invalid(format!("`stages`: {reason}"));
         }
     }
     if strategy.zero > 3 {
@@ -320,6 +317,7 @@ fn assemble(
         dp: outer.dp,
         pp: outer.pp,
         ep: outer.ep,
+        etp: outer.etp,
         gpus_per_node: spec.cluster.gpus_per_node,
     });
     Plan {

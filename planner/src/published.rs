@@ -103,6 +103,7 @@ pub fn describe_strategy(s: &Strategy) -> String {
         tessel_grammar::Recompute::Selective => "selective".to_string(),
         tessel_grammar::Recompute::Full => "full".to_string(),
         tessel_grammar::Recompute::Partial { full_layers } => format!("full×{full_layers}"),
+        tessel_grammar::Recompute::Modules(modules) => format!("modules({modules})"),
     };
     format!(
         "tp{} pp{} dp{} cp{} ep{} v{} mb{} zero{}{} {recompute}",

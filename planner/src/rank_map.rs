@@ -43,6 +43,9 @@ pub struct MeshShape {
     pub dp: u64,
     pub pp: u64,
     pub ep: u64,
+    /// The experts' tensor-parallel degree; below `tp`, expert-parallel ranks are counted over
+    /// the tp·cp·dp ranks of a stage in blocks of `etp` (Megatron-Core's expert rank order).
+    pub etp: u64,
     pub gpus_per_node: u64,
 }
 
@@ -63,7 +66,11 @@ pub fn coordinates(shape: &MeshShape, rank: u64) -> RankCoordinates {
         dp: dp_i,
         cp: cp_i,
         tp: tp_i,
-        ep: (dp_i * cp + cp_i) % ep,
+        ep: if shape.etp < tp {
+            ((rank % (tp * cp * dp)) / shape.etp.max(1)) % ep
+        } else {
+            (dp_i * cp + cp_i) % ep
+        },
     }
 }
 
@@ -96,6 +103,7 @@ mod tests {
             dp: 2,
             pp: 2,
             ep: 2,
+            etp: 4,
             gpus_per_node: 8,
         };
         let map = RankMap::build(&shape);

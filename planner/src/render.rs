@@ -10,12 +10,13 @@ use crate::space::{offload_label, per_stage_label, recompute_label};
 /// A runner-up's configuration in one line: `tp 4 pp 8 dp 32 cp 1 ep 1 v 8 mb 1 zero 1 sp`.
 pub(crate) fn config_label(c: &PlanConfig) -> String {
     format!(
-        "tp {} pp {} dp {} cp {} ep {} v {} mb {} zero {}{}",
+        "tp {} pp {} dp {} cp {} ep {}{} v {} mb {} zero {}{}",
         c.tp,
         c.pp,
         c.dp,
         c.cp,
         c.ep,
+        folded_label(c, " etp "),
         c.interleave,
         c.microbatch,
         c.zero,
@@ -25,8 +26,12 @@ pub(crate) fn config_label(c: &PlanConfig) -> String {
 
 /// Model layers `[first, last)` as people count them: `16–17`, or `32` for one layer.
 pub(crate) fn layer_range_label(&[first, last]: &[u64; 2]) -> String {
-    let last = last.saturating_sub(1);
     if last <= first {
+        // An end chunk holding only the embedding or the loss.
+        return "none".to_string();
+    }
+    let last = last - 1;
+    if last == first {
         first.to_string()
     } else {
         format!("{first}–{last}")
@@ -44,9 +49,23 @@ fn ranges_label(ranges: &[[u64; 2]]) -> String {
 pub(crate) fn degrees_label(plan: &Plan) -> String {
     let c = &plan.config;
     format!(
-        "dp {} · tp {} · pp {} · cp {} · ep {} · interleave {}",
-        c.dp, c.tp, c.pp, c.cp, c.ep, c.interleave
+        "dp {} · tp {} · pp {} · cp {} · ep {}{} · interleave {}",
+        c.dp,
+        c.tp,
+        c.pp,
+        c.cp,
+        c.ep,
+        folded_label(c, " · etp "),
+        c.interleave
     )
+}
+
+/// The experts' own tensor-parallel degree after `separator` when they are folded, else nothing.
+fn folded_label(c: &PlanConfig, separator: &str) -> String {
+    match c.etp {
+        Some(etp) if etp != c.tp => format!("{separator}{etp}"),
+        _ => String::new(),
+    }
 }
 
 fn batching_label(plan: &Plan) -> String {

@@ -23,7 +23,7 @@
 //! (`tessel_grammar::Capabilities`: Megatron-LM has no ZeRO-2/3, DeepSpeed's pipeline engine
 //! no interleaving, FSDP2 offloads all its state or none, ...) is left out and counted.
 
-use tessel_grammar::{Choice, Offload, Recompute, SearchSpace, Spec, Strategy};
+use tessel_grammar::{Choice, Offload, Recompute, RecomputeModules, SearchSpace, Spec, Strategy};
 
 /// The degrees and settings fixed outside the inner problem. Field order is the canonical
 /// tie-breaking order of configurations.
@@ -33,6 +33,8 @@ pub struct OuterConfig {
     pub pp: u64,
     pub cp: u64,
     pub ep: u64,
+    /// The experts' tensor-parallel degree: `tp`, or 1 when they are folded over tp·dp·cp.
+    pub etp: u64,
     pub dp: u64,
     pub microbatch: u64,
     /// Micro-batches per step per data-parallel rank.
@@ -58,6 +60,7 @@ impl OuterConfig {
             pp: self.pp,
             cp: self.cp,
             ep: self.ep,
+            etp: (self.etp != self.tp).then_some(self.etp),
             microbatch: self.microbatch,
             interleave: self.interleave,
             recompute,
@@ -77,6 +80,7 @@ impl OuterConfig {
             pp: strategy.pp,
             cp: strategy.cp,
             ep: strategy.ep,
+            etp: strategy.expert_tp(),
             dp: strategy.dp,
             microbatch: strategy.microbatch,
             microbatches: global_batch / per_step,
@@ -94,6 +98,9 @@ impl OuterConfig {
         }
         if self.ep > 1 {
             parts.push(format!("ep{}", self.ep));
+        }
+        if self.etp != self.tp {
+            parts.push(format!("etp{}", self.etp));
         }
         parts.push(format!("dp{}", self.dp));
         parts.push(format!("mb{}×{}", self.microbatch, self.microbatches));
@@ -154,6 +161,7 @@ pub fn recompute_label(recompute: Recompute) -> String {
         Recompute::Selective => "selective".to_string(),
         Recompute::Full => "full".to_string(),
         Recompute::Partial { full_layers } => format!("full on {full_layers} layers per stage"),
+        Recompute::Modules(modules) => format!("modules {modules}"),
     }
 }
 
@@ -323,10 +331,12 @@ fn enumerate_inner(
     let model = &spec.model;
     let per_rank = spec.train.global_batch / dp;
     let interleaving = spec.train.framework.capabilities().interleave;
+    // Folded experts (etp 1) may also take their expert-parallel ranks from tp.
+    let folding = tp > 1 && framework_folds(spec);
     let eps = values_or(&search.ep, || match &model.moe {
         Some(moe) => divisors(moe.experts)
             .into_iter()
-            .filter(|&ep| (dp * cp).is_multiple_of(ep))
+            .filter(|&ep| (dp * cp * if folding { tp } else { 1 }).is_multiple_of(ep))
             .collect(),
         None => vec![1],
     });
@@ -352,9 +362,22 @@ fn enumerate_inner(
             vec![false]
         }
     });
-    for &ep in &eps {
+    let expert_layouts: Vec<(u64, u64)> = eps
+        .iter()
+        .flat_map(|&ep| {
+            let folded = (folding && model.moe.is_some() && ep > 1).then_some((ep, 1));
+            std::iter::once((ep, tp)).chain(folded)
+        })
+        .collect();
+    for &(ep, etp) in &expert_layouts {
         let experts = model.moe.as_ref().map_or(1, |moe| moe.experts);
-        if ep == 0 || !(dp * cp).is_multiple_of(ep) || !experts.is_multiple_of(ep) {
+        // Unfolded, expert-parallel ranks come from dp·cp; folded, etp·ep from tp·dp·cp.
+        let (ranks, group) = if etp == tp {
+            (dp * cp, ep)
+        } else {
+            (dp * cp * tp, ep * etp)
+        };
+        if ep == 0 || !ranks.is_multiple_of(group) || !experts.is_multiple_of(ep) {
             counts.enumerated += 1;
             counts.rejected_divisibility += 1;
             continue;
@@ -387,7 +410,8 @@ fn enumerate_inner(
                             && (interleave == 1
                                 || (interleaving && pp > 1 && m.is_multiple_of(pp)))
                             && zero <= 3
-                            && !(sequence_parallel && tp == 1);
+                            && !(sequence_parallel && tp == 1)
+                            && (etp == tp || sequence_parallel);
                         if !valid {
                             counts.rejected_divisibility += 1;
                             continue;
@@ -397,6 +421,7 @@ fn enumerate_inner(
                             pp,
                             cp,
                             ep,
+                            etp,
                             dp,
                             microbatch,
                             microbatches: m,
@@ -417,11 +442,22 @@ fn enumerate_inner(
     }
 }
 
+/// Whether the spec's framework runs folded experts (`Capabilities::expert_folding`).
+fn framework_folds(spec: &Spec) -> bool {
+    spec.train.framework.capabilities().expert_folding
+}
+
 /// The recompute/offload options searched for an outer configuration, in canonical order.
 pub fn stage_options(spec: &Spec, outer: &OuterConfig) -> Vec<StageOption> {
     let largest_stage = spec.model.layers.div_ceil(outer.pp.max(1));
     let recomputes = values_or(&spec.search.recompute, || {
         let mut values = vec![Recompute::None, Recompute::Selective, Recompute::Full];
+        // Expert models can also drop the norms' and the experts' activation outputs alone.
+        if spec.model.moe.is_some() {
+            values.push(Recompute::Modules(
+                RecomputeModules::LAYERNORM.with(RecomputeModules::MOE_ACT),
+            ));
+        }
         let mut partial: Vec<u64> = [1, 2, 3]
             .iter()
             .map(|quarter| (largest_stage * quarter).div_ceil(4))

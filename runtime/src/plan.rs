@@ -89,6 +89,23 @@ impl ExecutionPlan {
                 )))
             }
         };
+        if strategy.expert_tp() != strategy.tp {
+            return Err(RuntimeError::invalid_plan(format!(
+                "etp = {}: the CPU runtime splits experts over tp ({}); folded experts are \
+                 planned and exported, not executed here",
+                strategy.expert_tp(),
+                strategy.tp
+            )));
+        }
+        if let Some(stage) =
+            (0..strategy.pp).find(|&s| matches!(strategy.recompute_of(s), Recompute::Modules(_)))
+        {
+            return Err(RuntimeError::invalid_plan(format!(
+                "recompute = {} (stage {stage}): the CPU runtime recomputes none, selective, full \
+                 or the first layers of a stage, not named modules",
+                strategy.recompute_of(stage)
+            )));
+        }
         let plan = ExecutionPlan {
             dp: strategy.dp,
             tp: strategy.tp,

@@ -50,6 +50,24 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
             return bad(format!("config.{what} must be at least 1"));
         }
     }
+    if let Some(etp) = c.etp.filter(|&etp| etp != c.tp) {
+        return bad(format!(
+            "etp = {etp}: the CPU runtime splits experts over tp ({}); folded experts are planned \
+             and exported, not executed here",
+            c.tp
+        ));
+    }
+    if let Some(stage) = plan
+        .stages
+        .iter()
+        .find(|s| matches!(s.recompute, tessel_grammar::Recompute::Modules(_)))
+    {
+        return bad(format!(
+            "recompute = {} (stage {}): the CPU runtime recomputes none, selective, full or the \
+             first layers of a stage, not named modules",
+            stage.recompute, stage.stage
+        ));
+    }
     let world = [c.dp, c.tp, c.pp, c.cp]
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))
@@ -76,6 +94,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
         dp: c.dp,
         pp: c.pp,
         ep: c.ep,
+        etp: c.etp.unwrap_or(c.tp),
         gpus_per_node: plan.gpus_per_node,
     };
     for (index, row) in plan.rank_map.ranks.iter().enumerate() {

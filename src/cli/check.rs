@@ -262,16 +262,21 @@ fn offload_name(o: &Offload) -> String {
 }
 
 fn strategy_summary(out: &mut String, s: &Strategy, global_batch: u64) {
+    let experts = match s.etp {
+        Some(etp) if etp != s.tp => {
+            format!("ep {} × etp {} (experts folded over tp·dp·cp)", s.ep, etp)
+        }
+        _ => format!("ep {}", s.ep),
+    };
     let _ = writeln!(
         out,
-        "  {:<16}dp {} × tp {} × pp {} × cp {} = {} GPUs, ep {}",
+        "  {:<16}dp {} × tp {} × pp {} × cp {} = {} GPUs, {experts}",
         "degrees",
         s.dp,
         s.tp,
         s.pp,
         s.cp,
         s.dp * s.tp * s.pp * s.cp,
-        s.ep
     );
     let _ = writeln!(
         out,

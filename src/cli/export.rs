@@ -114,25 +114,11 @@ fn from_plan(args: &Args, text: &str) -> Result<(Spec, Strategy, Vec<String>), E
     Ok((plan.spec, strategy, notes))
 }
 
-/// The plan as a strategy with `stages` as layers per pipeline stage (what exporters and the
-/// spec language mean by it), plus notes on what per-stage detail that drops.
+/// The plan as a strategy with `stages` as layers per chunk (what exporters and the spec
+/// language mean by it), plus notes on what per-stage detail that drops.
 fn plan_strategy(plan: &Plan) -> (Strategy, Vec<String>) {
-    let mut strategy = plan.strategy();
-    strategy.stages = Some(plan.stages.iter().map(|s| s.layers).collect());
+    let strategy = plan.strategy();
     let mut notes = Vec::new();
-    let v = plan.config.interleave.max(1);
-    let chunks_even = plan.stages.iter().all(|s| {
-        s.layer_ranges
-            .iter()
-            .all(|[first, last]| (last - first) * v == s.layers)
-    });
-    if v > 1 && !chunks_even {
-        notes.push(format!(
-            "the plan's {v} interleaved chunks per stage hold {:?} layers in model order; the \
-             target is given only the layers per stage",
-            plan.chunk_layers()
-        ));
-    }
     let first = plan.stages.first();
     if plan
         .stages
@@ -169,24 +155,24 @@ mod tests {
     }
 
     #[test]
-    fn stages_are_layers_per_pipeline_stage() {
+    fn stages_are_layers_per_chunk() {
         let (strategy, notes) = plan_strategy(&fixture());
-        assert_eq!(strategy.stages, Some(vec![20, 20, 20, 20]));
+        assert_eq!(strategy.stages, Some(vec![4; 20]));
         assert_eq!(strategy.interleave, 5);
         assert!(notes.is_empty(), "{notes:?}");
     }
 
     #[test]
-    fn per_stage_detail_the_target_cannot_see_is_noted() {
+    fn uneven_chunks_reach_the_target_and_per_stage_recompute_is_noted() {
         let mut plan = fixture();
         // Stage 0's first two chunks hold 3 and 5 layers instead of 4 and 4.
         plan.stages[0].layer_ranges[0] = [0, 3];
         plan.stages[0].layer_ranges[1] = [16, 21];
         plan.stages[1].recompute = Recompute::Full;
         let (strategy, notes) = plan_strategy(&plan);
-        assert_eq!(strategy.stages, Some(vec![20, 20, 20, 20]));
-        assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes[0].starts_with("the plan's 5 interleaved chunks per stage hold [3, "));
-        assert!(notes[1].contains("recomputes differently per stage"));
+        let chunks = strategy.stages.expect("chunk layers");
+        assert_eq!((chunks[0], chunks[4]), (3, 5));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("recomputes differently per stage"));
     }
 }

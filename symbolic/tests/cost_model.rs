@@ -4,8 +4,8 @@
 
 use tessel_grammar::{
     ClusterSpec, Fp8Scaling, Framework, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind,
-    Offload, OverlapSpec, PeakCompute, PositionKind, Precision, Recompute, SearchSpace, Spec,
-    Strategy, TrainSpec,
+    Offload, OverlapSpec, PeakCompute, PositionKind, Precision, Recompute, RecomputeModules,
+    SearchSpace, Spec, Strategy, TrainSpec,
 };
 use tessel_symbolic::cost::{
     render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, GpuGeneration,
@@ -1262,4 +1262,71 @@ fn overlapped_tensor_parallel_collectives_expose_only_what_exceeds_their_gemms()
     assert_eq!(tp_comm(true, 8192), 0.0);
     // Never more than without overlap.
     assert!(tp_comm(true, 1024) <= tp_comm(false, 1024));
+}
+
+#[test]
+fn recomputed_modules_drop_their_outputs_and_re_run_them() {
+    // The GPT of Korthikanti's table with tp 8 + sp: the norms' outputs are 4sbh/t of a
+    // layer's activations; recomputing them re-runs two norm passes in backward.
+    let (s, b, h) = (2048.0, 1.0, 12288.0);
+    let sbh = s * b * h;
+    let spec = spec(gpt(96, 12288, 96), 8, 64);
+    let mut sp = strategy(8, 8, 1, 1);
+    sp.sequence_parallel = true;
+    sp.recompute = Recompute::Selective;
+    let selective = layer_activation_bytes(&spec, &sp);
+    let norms = RecomputeModules::CORE_ATTN.with(RecomputeModules::LAYERNORM);
+    sp.recompute = Recompute::Modules(norms);
+    let with_norms = layer_activation_bytes(&spec, &sp);
+    assert!(close(selective - with_norms, 4.0 * sbh / 8.0, 1e-12));
+
+    let model = CostModel::with_calibration(&spec, bare()).unwrap();
+    let recompute = |r: Recompute| {
+        model.stage_outputs(&sp, 0, 2, r, Offload::default())[Output::Recompute.index()]
+    };
+    let norm_pass = recompute(Recompute::Modules(norms)) - recompute(Recompute::Selective);
+    assert!(norm_pass > 0.0);
+    assert!(norm_pass < 0.05 * recompute(Recompute::Full));
+}
+
+#[test]
+fn recomputing_the_experts_activation_drops_the_down_projection_input() {
+    let spec = spec(small_moe(2, 0), 1, 64);
+    let mut s = strategy(8, 1, 1, 1);
+    s.recompute = Recompute::None;
+    let kept = layer_activation_bytes(&spec, &s);
+    s.recompute = Recompute::Modules(RecomputeModules::MOE_ACT);
+    let dropped = kept - layer_activation_bytes(&spec, &s);
+    // 2048 tokens × top-2 copies × the expert width 4096 × 2 bytes.
+    assert!(
+        close(dropped, 2048.0 * 2.0 * 4096.0 * 2.0, 1e-12),
+        "{dropped}"
+    );
+}
+
+#[test]
+fn folded_experts_keep_whole_experts_and_the_same_work() {
+    let spec = spec(small_moe(2, 0), 1, 64);
+    let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+    let stage = |etp: Option<u64>, ep: u64| {
+        let mut s = strategy(2, 4, 1, 1);
+        s.sequence_parallel = true;
+        s.ep = ep;
+        s.etp = etp;
+        let outputs = cost.stage_outputs(&s, 0, 2, Recompute::None, Offload::default());
+        let value = |output: Output| outputs[output.index()];
+        (
+            value(Output::Weights),
+            value(Output::Compute),
+            value(Output::EpComm),
+        )
+    };
+    // tp 4 × dp 2: unfolded, ep 2 splits each expert over the 4 tp ranks; folded (etp 1),
+    // ep 8 puts one whole expert on each of the 8 GPUs. Same expert parameters per GPU.
+    let (unfolded_weights, unfolded_compute, _) = stage(None, 2);
+    let (folded_weights, folded_compute, folded_ep) = stage(Some(1), 8);
+    assert!(close(folded_weights, unfolded_weights, 1e-12));
+    // The experts' GEMM work per GPU is the same; only its shapes and the communication move.
+    assert!(close(folded_compute, unfolded_compute, 0.15));
+    assert!(folded_ep > 0.0);
 }

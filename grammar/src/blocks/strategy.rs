@@ -4,7 +4,9 @@ use crate::diagnostic::Problem;
 use crate::eval::{Spanned, Value};
 use crate::fields::{to_count, Fields};
 use crate::source::Span;
-use crate::spec::{ClusterSpec, ModelSpec, Offload, Recompute, Strategy, TrainSpec};
+use crate::spec::{
+    ClusterSpec, ModelSpec, Offload, Recompute, RecomputeModules, Strategy, TrainSpec,
+};
 use crate::suggest;
 
 pub const FIELDS: &[&str] = &[
@@ -13,6 +15,7 @@ pub const FIELDS: &[&str] = &[
     "pp",
     "cp",
     "ep",
+    "etp",
     "microbatch",
     "interleave",
     "recompute",
@@ -39,7 +42,20 @@ pub fn to_recompute(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Opti
         Value::Ident(name) if name == "full" => Some(Recompute::Full),
         Value::Record(_) => {
             let mut record = Fields::record(key, v, "{ full_layers = 4 }", problems)?;
-            record.reject_unknown(&["full_layers"]);
+            record.reject_unknown(&["full_layers", "modules"]);
+            if let Some(modules) = record.get("modules").cloned() {
+                if let Some(full) = record.get("full_layers") {
+                    record.problems.push(
+                        Problem::new(
+                            full.span,
+                            format!("`{key}` takes `full_layers` or `modules`, not both"),
+                        )
+                        .with_help("recompute whole layers or named modules of every layer"),
+                    );
+                    return None;
+                }
+                return to_modules(&modules, record.problems).map(Recompute::of_modules);
+            }
             let layers = record.required_count("full_layers", 1, "4");
             Some(Recompute::Partial {
                 full_layers: layers?,
@@ -54,8 +70,8 @@ pub fn to_recompute(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Opti
                 Problem::new(
                     v.span,
                     format!(
-                        "`{key}` expects `none`, `selective`, `full` or `{{ full_layers = N }}`, \
-                         found {}",
+                        "`{key}` expects `none`, `selective`, `full`, `{{ full_layers = N }}` or \
+                         `{{ modules = [layernorm, moe_act] }}`, found {}",
                         other.describe()
                     ),
                 )
@@ -64,6 +80,80 @@ pub fn to_recompute(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Opti
             None
         }
     }
+}
+
+/// Megatron-LM recompute modules Tessel does not model yet, with what they re-run.
+const UNMODELLED_MODULES: [&str; 6] = [
+    "mlp",
+    "moe",
+    "experts",
+    "router",
+    "shared_experts",
+    "mla_up_proj",
+];
+
+/// `modules = [core_attn, layernorm, moe_act]`: Megatron-LM's `--recompute-modules`.
+fn to_modules(v: &Spanned, problems: &mut Vec<Problem>) -> Option<RecomputeModules> {
+    let known: Vec<&str> = RecomputeModules::NAMED.iter().map(|(n, _)| *n).collect();
+    let Value::List(elements) = &v.value else {
+        problems.push(Problem::new(
+            v.span,
+            format!(
+                "`modules` expects a list such as `[layernorm, moe_act]`, found {}",
+                v.value.describe()
+            ),
+        ));
+        return None;
+    };
+    if elements.is_empty() {
+        problems.push(
+            Problem::new(v.span, "`modules` lists no module")
+                .with_help("write `recompute = none` to recompute nothing"),
+        );
+        return None;
+    }
+    let before = problems.len();
+    let mut set = RecomputeModules::NONE;
+    for element in elements {
+        let name = match &element.value {
+            Value::Ident(name) => name.as_str(),
+            other => {
+                problems.push(Problem::new(
+                    element.span,
+                    format!(
+                        "a recompute module is one of {}, found {}",
+                        known.join(", "),
+                        other.describe()
+                    ),
+                ));
+                continue;
+            }
+        };
+        match RecomputeModules::by_name(name) {
+            Some(module) => set = set.with(module),
+            None if UNMODELLED_MODULES.contains(&name) => problems.push(
+                Problem::new(
+                    element.span,
+                    format!("recompute of `{name}` is not modelled by Tessel yet"),
+                )
+                .with_help(format!(
+                    "the modules Tessel models are {}; `full` re-runs whole layers",
+                    known.join(", ")
+                )),
+            ),
+            None => problems.push(
+                Problem::new(
+                    element.span,
+                    format!(
+                        "unknown recompute module `{name}`: Tessel models {}",
+                        known.join(", ")
+                    ),
+                )
+                .with_optional_help(suggest::did_you_mean(name, known.iter().copied())),
+            ),
+        }
+    }
+    (problems.len() == before).then_some(set)
 }
 
 pub fn to_offload(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Option<Offload> {
@@ -142,9 +232,17 @@ fn stages(key: &str, v: &Spanned, problems: &mut Vec<Problem>) -> Option<Vec<u64
         Value::List(elements) => {
             let counts: Vec<Option<u64>> = elements
                 .iter()
-                .map(|e| to_count(key, e, 1, problems))
+                .map(|e| to_count(key, e, 0, problems))
                 .collect();
-            counts.into_iter().collect()
+            let counts: Vec<u64> = counts.into_iter().collect::<Option<_>>()?;
+            if let Some(reason) = crate::chunks::empty_chunk_error(&counts) {
+                problems.push(
+                    Problem::new(v.span, format!("`{key}`: {reason}"))
+                        .with_help("give every chunk between the first and the last a layer"),
+                );
+                return None;
+            }
+            Some(counts)
         }
         other => {
             problems.push(Problem::new(
@@ -166,6 +264,7 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
     let pp = f.count("pp", 1);
     let cp = f.count("cp", 1);
     let ep = f.count("ep", 1);
+    let etp = f.count("etp", 1);
     let dp = f.count("dp", 1);
     let microbatch = f.count("microbatch", 1);
     let interleave = f.count("interleave", 1);
@@ -205,6 +304,7 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
         pp,
         cp,
         ep,
+        etp,
         microbatch: microbatch.unwrap_or(1),
         interleave: interleave.unwrap_or(1),
         sequence_parallel,
@@ -324,7 +424,7 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
         _ => {}
     }
     let data_ranks = s.dp.saturating_mul(s.cp);
-    if !data_ranks.is_multiple_of(s.ep) {
+    if s.etp.is_none() && !data_ranks.is_multiple_of(s.ep) {
         problems.push(
             Problem::new(
                 at("ep"),
@@ -333,8 +433,18 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
                     s.ep, s.dp, s.cp, data_ranks
                 ),
             )
-            .with_help("expert-parallel ranks are drawn from the data- and context-parallel ranks"),
+            .with_help(
+                "expert-parallel ranks are drawn from the data- and context-parallel ranks; \
+                 `etp = 1` folds them over the tensor-parallel ranks too",
+            ),
         );
+    } else if s.etp.is_some() && problems.is_empty() {
+        if let Some(reason) = s.expert_layout_error(m) {
+            problems.push(Problem::new(
+                at("etp"),
+                format!("{reason} (model `{model}`)"),
+            ));
+        }
     }
     if s.pp > m.layers {
         problems.push(Problem::new(
@@ -403,6 +513,20 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
                 "`full_layers` ({full_layers}) exceeds the {per_stage} layers of a pipeline stage"
             ),
         ));
+    }
+    let moe_act = (0..s.pp).any(|stage| {
+        s.recompute_of(stage)
+            .modules()
+            .contains(RecomputeModules::MOE_ACT)
+    });
+    if moe_act && m.moe.is_none() {
+        problems.push(
+            Problem::new(
+                at("recompute"),
+                format!("`moe_act` recomputes the experts' activation, but model `{model}` has no experts"),
+            )
+            .with_help("drop `moe_act`; a dense MLP's activation output is kept"),
+        );
     }
     let t = c.train;
     let per_step = s.dp.saturating_mul(s.microbatch);

@@ -334,6 +334,13 @@ fn checkpointing_section(
             }
             return None;
         }
+        Recompute::Modules(modules) => {
+            report.unsupported(format!(
+                "recompute = {}: DeepSpeed recomputes whole layers, not the modules {modules}",
+                strategy.recompute
+            ));
+            return None;
+        }
         Recompute::Full => layers_per_gpu,
         Recompute::Partial { full_layers } => {
             report.note(format!(

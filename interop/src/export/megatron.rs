@@ -49,6 +49,10 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     flags.value("--context-parallel-size", cp);
     if model.moe.is_some() {
         flags.value("--expert-model-parallel-size", strategy.ep.max(1));
+        // Megatron-Core's MoE parallel folding; its default is tp.
+        if strategy.expert_tp() != tp {
+            flags.value("--expert-tensor-parallel-size", strategy.expert_tp());
+        }
     }
     pipeline_flags(spec, strategy, &mut flags, &mut report);
     if strategy.sequence_parallel {
@@ -247,7 +251,8 @@ fn pipeline_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &
                 flags.value("--num-layers-per-virtual-pipeline-stage", per_chunk);
             }
         }
-        Stages::Uneven(split) => {
+        Stages::Uneven { chunks } => {
+            let split = Stages::per_stage(&chunks, pp);
             let first = split[0];
             let last = split[split.len() - 1];
             let middle = &split[1..split.len() - 1];
@@ -256,22 +261,14 @@ fn pipeline_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &
             let chunks_whole = [first, last]
                 .iter()
                 .chain(middle_size.iter())
-                .all(|n| n % v == 0);
-            if !middle_equal || !chunks_whole {
-                if pp.saturating_mul(v) > spec.model.layers {
-                    report.unsupported(format!(
-                        "stages = {split:?} with interleave = {v}: more virtual stages than the \
-                         model's {} layers; written without a split",
-                        spec.model.layers
-                    ));
-                    return;
-                }
-                // Only the end stages may differ under --decoder-first/last-pipeline-num-layers,
-                // and only by whole chunks: anything else is a custom layout.
-                let layout = pipeline_layout(&stage_chunks(&split, v));
+                .all(|&n| n > 0 && n % v == 0);
+            // Only the end stages may differ under --decoder-first/last-pipeline-num-layers,
+            // by whole layers per chunk: anything else is a custom layout.
+            if !middle_equal || !chunks_whole || chunks != stage_chunks(&split, v) {
+                let layout = pipeline_layout(&chunks);
                 flags.value("--pipeline-model-parallel-layout", format!("'{layout}'"));
                 report.note(format!(
-                    "stages = {split:?} with interleave = {v} written as Megatron-Core's custom \
+                    "layers per virtual stage {chunks:?} written as Megatron-Core's custom \
                      --pipeline-model-parallel-layout (experimental upstream), one segment per \
                      virtual stage in model order"
                 ));
@@ -408,6 +405,13 @@ fn recompute_flags(strategy: &Strategy, flags: &mut Flags, report: &mut Report) 
     match strategy.recompute {
         Recompute::None => {}
         Recompute::Selective => flags.value("--recompute-granularity", "selective"),
+        Recompute::Modules(modules) => {
+            flags.value("--recompute-granularity", "selective");
+            flags.value(
+                "--recompute-modules",
+                modules.names().collect::<Vec<_>>().join(" "),
+            );
+        }
         Recompute::Full => {
             flags.value("--recompute-granularity", "full");
             flags.value("--recompute-method", "uniform");

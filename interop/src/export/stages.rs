@@ -1,6 +1,6 @@
 //! How a strategy spreads the model's layers over pipeline stages.
 
-use tessel_grammar::{Spec, Strategy};
+use tessel_grammar::{empty_chunk_error, stage_chunks, Spec, Strategy};
 
 use super::Report;
 
@@ -8,13 +8,27 @@ use super::Report;
 pub(crate) enum Stages {
     /// Every virtual stage (pipeline stage × interleave chunk) holds the same layers.
     Even { per_chunk: u64 },
-    /// Layers per pipeline stage, `pp` entries.
-    Uneven(Vec<u64>),
+    /// Layers of every virtual stage, `pp·interleave` entries in model order (chunk `j` on
+    /// stage `j mod pp`); the first may hold only the embedding and the last only the loss.
+    Uneven { chunks: Vec<u64> },
 }
 
-/// The strategy's `stages`, or the split the exporter chooses when the strategy leaves it
-/// open: even when the layers divide, otherwise equal middle stages and lighter end stages
-/// (which also hold the embedding and the logits).
+impl Stages {
+    /// Layers per pipeline stage of uneven chunks.
+    pub(crate) fn per_stage(chunks: &[u64], pp: u64) -> Vec<u64> {
+        let pp = pp.max(1) as usize;
+        let mut totals = vec![0; pp];
+        for (index, layers) in chunks.iter().enumerate() {
+            totals[index % pp] += layers;
+        }
+        totals
+    }
+}
+
+/// The strategy's `stages` (layers per chunk, or per pipeline stage when interleaved and given
+/// per stage), or the split the exporter chooses when the strategy leaves it open: even when
+/// the layers divide, otherwise equal middle stages and lighter end stages (which also hold
+/// the embedding and the logits).
 pub(crate) fn stages(spec: &Spec, strategy: &Strategy, report: &mut Report) -> Stages {
     let layers = spec.model.layers;
     let pp = strategy.pp.max(1);
@@ -26,22 +40,29 @@ pub(crate) fn stages(spec: &Spec, strategy: &Strategy, report: &mut Report) -> S
         ));
         return Stages::Even { per_chunk: 1 };
     }
+    let chunks = pp.saturating_mul(v);
     if let Some(given) = &strategy.stages {
         let sum = given.iter().fold(0u64, |acc, &n| acc.saturating_add(n));
-        if given.len() as u64 == pp && sum == layers && given.iter().all(|&n| n > 0) {
-            let all_equal = given.iter().all(|&n| n == given[0]);
-            if all_equal && given[0] % v == 0 {
-                return Stages::Even {
-                    per_chunk: given[0] / v,
-                };
-            }
-            return Stages::Uneven(given.clone());
+        let per_chunk = given.len() as u64 == chunks && empty_chunk_error(given).is_none();
+        let per_stage = v > 1 && given.len() as u64 == pp && given.iter().all(|&n| n > 0);
+        if sum == layers && (per_chunk || per_stage) {
+            let chunks = if per_chunk {
+                given.clone()
+            } else {
+                stage_chunks(given, v)
+            };
+            return if chunks.iter().all(|&n| n == chunks[0]) {
+                Stages::Even {
+                    per_chunk: chunks[0],
+                }
+            } else {
+                Stages::Uneven { chunks }
+            };
         }
         report.note(format!(
-            "stages = {given:?} does not give {pp} stages summing to {layers} layers; ignored"
+            "stages = {given:?} does not give {chunks} chunks summing to {layers} layers; ignored"
         ));
     }
-    let chunks = pp.saturating_mul(v);
     if layers.is_multiple_of(chunks) {
         return Stages::Even {
             per_chunk: layers / chunks,
@@ -52,7 +73,9 @@ pub(crate) fn stages(spec: &Spec, strategy: &Strategy, report: &mut Report) -> S
         "{layers} layers do not divide over pp·interleave = {pp}·{v} chunks and the strategy sets \
          no `stages`; exported with layers per stage {split:?}"
     ));
-    Stages::Uneven(split)
+    Stages::Uneven {
+        chunks: stage_chunks(&split, v),
+    }
 }
 
 /// Equal middle stages of `ceil(layers / pp)` and the rest shared by the two end stages; an

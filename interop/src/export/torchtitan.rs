@@ -336,7 +336,8 @@ fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &m
     // stages; the two "less" keys make the end stages lighter.
     let (per_stage, first_less, last_less) = match stages(spec, strategy, report) {
         Stages::Even { per_chunk } => (per_chunk, 0, 0),
-        Stages::Uneven(split) => {
+        Stages::Uneven { chunks } => {
+            let split = Stages::per_stage(&chunks, pp);
             let widest = split.iter().copied().max().unwrap_or(1);
             let middle = &split[1..split.len() - 1];
             let middle_equal = middle.iter().all(|&n| n == widest);
@@ -447,6 +448,14 @@ fn checkpoint_section(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, repor
                  checkpointing, which saves matmul outputs and recomputes the cheap ops around \
                  them: close to Megatron-LM's attention-core recompute, not the same",
             );
+        }
+        Recompute::Modules(modules) => {
+            doc.str("activation_checkpoint", "mode", "none");
+            report.unsupported(format!(
+                "recompute = {}: torchtitan checkpoints whole blocks or ops, not the modules \
+                 {modules}",
+                strategy.recompute
+            ));
         }
         Recompute::Partial { full_layers } => {
             let pp = strategy.pp.max(1);

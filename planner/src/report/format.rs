@@ -57,6 +57,7 @@ pub fn recompute(value: &Recompute) -> String {
         Recompute::Selective => "selective".to_string(),
         Recompute::Full => "full".to_string(),
         Recompute::Partial { full_layers } => format!("{full_layers} layers full"),
+        Recompute::Modules(modules) => format!("modules ({modules})"),
     }
 }
 

@@ -111,7 +111,7 @@ impl SyntheticModel {
         let layers_f = layers as f64;
         let mut compute = 3.0 * layer_forward * layers_f;
         let full_layers = match recompute {
-            Recompute::None | Recompute::Selective => 0.0,
+            Recompute::None | Recompute::Selective | Recompute::Modules(_) => 0.0,
             Recompute::Full => layers_f,
             Recompute::Partial { full_layers } => full_layers.min(layers) as f64,
         };
@@ -241,7 +241,7 @@ impl SyntheticModel {
         let per_layer_full = 2.0 * sbh / if s.sequence_parallel { tp } else { 1.0 };
         let layers_f = layers as f64;
         let full_layers = match recompute {
-            Recompute::None | Recompute::Selective => 0.0,
+            Recompute::None | Recompute::Selective | Recompute::Modules(_) => 0.0,
             Recompute::Full => layers_f,
             Recompute::Partial { full_layers } => full_layers.min(layers) as f64,
         };

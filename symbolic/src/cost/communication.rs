@@ -22,7 +22,9 @@ pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr 
     let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
     // A group of one calls nothing (the primitive would still charge a call's latency).
     let several = above(ctx.t.clone(), 1.0);
-    let pass = k(2.0) * several * ctx.all_reduce(bytes, &ring);
+    // The attention's gather and scatter, and the MLP's, which folded experts do not make.
+    let regions = k(2.0) - ctx.folded() * ctx.moe_fraction();
+    let pass = regions * several * ctx.all_reduce(bytes, &ring);
     if ctx.gathers_fp8() {
         let pass = ctx.bind(pass);
         let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);
@@ -46,6 +48,9 @@ pub(crate) fn cp_layer_forward(ctx: &Ctx) -> Expr {
 /// dispatcher); the tp-sharded experts then all-gather what arrives over tp, and the combine
 /// reduce-scatters it back. The dense MLP's sequence-parallel gather, one copy of each token,
 /// is counted with the tp collectives; the expert layer gathers `top_k · capacity` copies.
+/// Folded experts (`etp < tp`) take their expert-parallel ranks next to their `etp` ranks
+/// (Megatron-Core's expert rank order, tensor then expert parallel), make no tp gather of their
+/// own, and all-gather every copy over their `etp` ranks.
 pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
     match &ctx.moe {
         None => k(0.0),
@@ -53,7 +58,9 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
             let copies = moe.top_k * moe.capacity;
             let element = ctx.hidden * ctx.bytes.activation;
             let dispatched = ctx.tokens() / ctx.replicated_divisor() * (copies * element);
-            let stride = ctx.t.clone() * ctx.c.clone();
+            let folded = ctx.folded();
+            let stride = (k(1.0) - folded.clone()) * ctx.t.clone() * ctx.c.clone()
+                + folded.clone() * ctx.et.clone();
             let all_to_all =
                 above(ctx.e.clone(), 1.0) * ctx.all_to_all(dispatched, ctx.e.clone(), stride);
             let ring = ctx.ring("tp", ctx.t.clone(), k(1.0));
@@ -62,7 +69,14 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
                 * above(ctx.e.clone(), 1.0)
                 * above(ctx.t.clone(), 1.0)
                 * ctx.gather(ctx.tokens() * (extra_copies * element), &ring);
-            k(2.0) * ctx.moe_fraction() * (all_to_all + regather) * (1.0 - ctx.cal.ep_overlap)
+            let expert_ring = ctx.ring("tp", ctx.et.clone(), k(1.0));
+            let folded_gather = above(ctx.et.clone(), 1.0)
+                * ctx.gather(
+                    ctx.tokens() * ctx.et.clone() / ctx.t.clone() * (copies * element),
+                    &expert_ring,
+                );
+            let gathers = (k(1.0) - folded.clone()) * regather + folded * folded_gather;
+            k(2.0) * ctx.moe_fraction() * (all_to_all + gathers) * (1.0 - ctx.cal.ep_overlap)
         }
     }
 }

@@ -23,6 +23,10 @@ pub(crate) struct LayerTimes {
     /// Norms, activations, dropout, residual adds, rotary embeddings, fp8 casts.
     pub elementwise_fwd: Expr,
     pub elementwise_bwd: Expr,
+    /// Of the elementwise forward, the two norms (what recomputing them re-runs).
+    pub norms_fwd: Expr,
+    /// Of the elementwise forward, the experts' activation function.
+    pub moe_act_fwd: Expr,
     /// Fixed host time of one pass: `layer_overhead_s` for the block, and as much again for
     /// each local expert an expert loop runs as a module of its own.
     pub overhead: Expr,
@@ -117,28 +121,41 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         (fwd, bwd)
     };
 
-    let dense_mlp = mlp_gemms(ctx, tokens.clone(), k(1.0), ctx.ffn);
-    let (mlp_gemm_fwd, mlp_gemm_bwd, mlp_width, permuted, modules) = match &ctx.moe {
+    let dense_mlp = mlp_gemms(ctx, tokens.clone(), k(1.0), ctx.ffn, t.clone());
+    let (act_fwd, act_bwd) = if ctx.mlp_matrices > 2.0 {
+        (6.0, 10.0)
+    } else {
+        (4.0, 6.0)
+    };
+    let (mlp_gemm_fwd, mlp_gemm_bwd, mlp_width, permuted, modules, moe_act_fwd) = match &ctx.moe {
         None => (
             dense_mlp.forward,
             dense_mlp.backward,
             k(ctx.ffn),
             k(0.0),
             k(1.0),
+            k(0.0),
         ),
         Some(moe) => {
             let router = ctx.matmul(tokens.clone(), k(moe.experts), k(h), k(1.0));
-            let routed = tokens.clone() * (moe.top_k * moe.capacity);
+            // The token copies this GPU's experts work on: the tp group's whole sequence with
+            // experts split over tp, `etp/tp` of it when folded over fewer ranks.
+            let expert_tokens = tokens.clone() * ctx.et.clone() / t.clone();
+            let routed = expert_tokens.clone() * (moe.top_k * moe.capacity);
             // Each local expert's GEMMs on the tokens routed to it. Megatron-LM and
             // DeepSpeed run the local experts one after another (Megatron-Core's
             // SequentialMLP, its default); the PyTorch-native stacks run one grouped GEMM
             // over them (torchtitan), whose tiles fill the SMs together.
             let local = k(moe.experts) / ctx.e.clone();
             let per_expert = routed.clone() / local.clone();
+            let et = ctx.et.clone();
             let (experts, expert_modules) = match ctx.framework {
-                Framework::Fsdp => (mlp_gemms(ctx, per_expert, local, moe.expert_ffn), k(0.0)),
+                Framework::Fsdp => (
+                    mlp_gemms(ctx, per_expert, local, moe.expert_ffn, et.clone()),
+                    k(0.0),
+                ),
                 Framework::Megatron | Framework::MegatronFsdp | Framework::Deepspeed => {
-                    let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn);
+                    let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn, et.clone());
                     let looped = Matmul {
                         forward: one.forward * local.clone(),
                         backward: one.backward * local.clone(),
@@ -147,7 +164,13 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
                 }
             };
             let shared = if moe.shared > 0.0 {
-                mlp_gemms(ctx, tokens.clone(), k(1.0), moe.expert_ffn * moe.shared)
+                mlp_gemms(
+                    ctx,
+                    tokens.clone(),
+                    k(1.0),
+                    moe.expert_ffn * moe.shared,
+                    t.clone(),
+                )
             } else {
                 Matmul {
                     forward: k(0.0),
@@ -171,12 +194,14 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
             // Token permutation: each token's hidden state is copied to its `top_k` routed
             // slots before the experts (read 2h, write 2h per copy) and the copies are
             // gathered and weighted back after them (read 2h per copy, write 2h); backward
-            // moves the same bytes. Tokens are the rank's whole sequence: with tp the expert
+            // moves the same bytes. Tokens are those the experts work on: with tp the expert
             // layer works on the gathered sequence.
             let copies = moe.top_k * moe.capacity;
-            let permuted = fraction.clone() * tokens.clone() * ((4.0 * copies + 4.0) * h * act);
+            let permuted = fraction.clone() * expert_tokens * ((4.0 * copies + 4.0) * h * act);
+            let moe_act_fwd =
+                ctx.memory_bound(fraction.clone() * routed * (act_fwd * act * moe.expert_ffn) / et);
             let modules = k(1.0) + fraction * expert_modules;
-            (forward, backward, width, permuted, modules)
+            (forward, backward, width, permuted, modules, moe_act_fwd)
         }
     };
 
@@ -185,11 +210,6 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     // mask h), activation (gelu: read + write the ffn width; swiglu: read two, write one).
     // Backward: norms 6h each, residual-gradient add 4h each and with dropout its backward
     // 5h each, activation gelu 6·ffn, swiglu 10·ffn.
-    let (act_fwd, act_bwd) = if ctx.mlp_matrices > 2.0 {
-        (6.0, 10.0)
-    } else {
-        (4.0, 6.0)
-    };
     let replicated_fwd = k((20.0 + 2.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
     // Compiled blocks write the norms' outputs (2h each) and the down projection's input
     // again in backward, where the weight gradients need them (see `cost::memory`).
@@ -227,6 +247,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         permuted,
     ]));
 
+    // Each norm reads its input and writes its output, 2h each.
+    let norms_fwd = ctx.memory_bound(k(8.0 * h * act) * tokens.clone() / rep.clone());
     let overhead = modules * ctx.cal.layer_overhead_s;
     LayerTimes {
         attention_gemm_fwd: ctx.bind(attention_gemm_fwd),
@@ -236,6 +258,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         mlp_gemm_fwd: ctx.bind(mlp_gemm_fwd),
         mlp_gemm_bwd: ctx.bind(mlp_gemm_bwd),
         elementwise_fwd: ctx.bind(elementwise_fwd),
+        norms_fwd: ctx.bind(norms_fwd),
+        moe_act_fwd: ctx.bind(moe_act_fwd),
         overhead: ctx.bind(overhead),
         elementwise_bwd: ctx.bind(elementwise_bwd),
     }
@@ -253,9 +277,8 @@ fn misaligned_heads(ctx: &Ctx) -> bool {
 /// Operand alignment tensor-core GEMMs need for full speed.
 const GEMM_ALIGNMENT_BYTES: f64 = 16.0;
 
-/// The GEMMs of `batch` MLPs of width `ffn`, sharded over tp, each over `rows` tokens.
-fn mlp_gemms(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64) -> Matmul {
-    let t = ctx.t.clone();
+/// The GEMMs of `batch` MLPs of width `ffn`, sharded over `t` ranks, each over `rows` tokens.
+fn mlp_gemms(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64, t: Expr) -> Matmul {
     let h = ctx.hidden;
     let up_width = (ctx.mlp_matrices - 1.0) * ffn;
     let up = ctx.matmul(rows.clone(), k(up_width) / t.clone(), k(h), batch.clone());

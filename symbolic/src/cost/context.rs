@@ -76,12 +76,18 @@ pub(crate) struct Ctx {
     pub d: Expr,
     pub c: Expr,
     pub e: Expr,
+    /// The experts' tensor-parallel degree.
+    pub et: Expr,
     pub m: Expr,
     pub v: Expr,
     pub stage: Expr,
     pub layers: Expr,
     pub full: Expr,
     pub selective: Expr,
+    /// 1 when the norms are recomputed (their outputs not kept), else 0.
+    pub recompute_norms: Expr,
+    /// 1 when the experts' activation is recomputed (its output not kept), else 0.
+    pub recompute_moe_act: Expr,
     pub sp: Expr,
     pub zero: Expr,
     pub off_opt: Expr,
@@ -204,12 +210,15 @@ impl Ctx {
             d: sym(Slot::Dp),
             c: sym(Slot::Cp),
             e: sym(Slot::Ep),
+            et: sym(Slot::ExpertTp),
             m: sym(Slot::Microbatches),
             v: sym(Slot::Interleave),
             stage: sym(Slot::Stage),
             layers: sym(Slot::Layers),
             full: sym(Slot::FullRecomputeLayers),
             selective: sym(Slot::Selective),
+            recompute_norms: sym(Slot::RecomputeNorms),
+            recompute_moe_act: sym(Slot::RecomputeMoeAct),
             sp: sym(Slot::SequenceParallel),
             zero: sym(Slot::Zero),
             off_opt: sym(Slot::OffloadOptimizer),
@@ -340,6 +349,12 @@ impl Ctx {
     /// projections and activations are divided by fewer than `t`.
     pub fn kv_split(&self) -> Expr {
         Expr::min([self.t.clone(), k((self.kv_dim / self.head_dim).max(1.0))])
+    }
+
+    /// 1 when the experts are folded: their tensor-parallel degree is below `tp`, and their
+    /// expert-parallel ranks are drawn from the tensor-parallel ranks too.
+    pub fn folded(&self) -> Expr {
+        above(self.t.clone() - self.et.clone(), 0.0)
     }
 
     /// Fraction of this device's layers that carry experts. The first device holds the model's

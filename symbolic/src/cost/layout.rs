@@ -136,27 +136,8 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
     if strategy.zero > 3 {
         return fail(format!("ZeRO stage {} does not exist (0–3)", strategy.zero));
     }
-    match &model.moe {
-        None if strategy.ep > 1 => {
-            return fail(format!(
-                "ep = {} needs a mixture-of-experts model",
-                strategy.ep
-            ));
-        }
-        Some(moe) if !moe.experts.is_multiple_of(strategy.ep) => {
-            return fail(format!(
-                "{} experts are not divisible by ep = {}",
-                moe.experts, strategy.ep
-            ));
-        }
-        _ => {}
-    }
-    let data_ranks = strategy.dp.saturating_mul(strategy.cp);
-    if !data_ranks.is_multiple_of(strategy.ep) {
-        return fail(format!(
-            "ep = {} must divide dp·cp = {data_ranks}",
-            strategy.ep
-        ));
+    if let Some(reason) = strategy.expert_layout_error(model) {
+        return fail(reason);
     }
     let listed = [
         ("recompute", strategy.stage_recompute.as_ref().map(Vec::len)),
@@ -190,8 +171,8 @@ pub fn validate_strategy(spec: &Spec, strategy: &Strategy) -> Result<(), CostErr
                 stages.len()
             ));
         }
-        if stages.contains(&0) {
-            return fail("every stage needs at least one layer".to_string());
+        if let Some(reason) = tessel_grammar::empty_chunk_error(stages) {
+            return fail(reason);
         }
         let total: u64 = stages.iter().sum();
         if total != model.layers {

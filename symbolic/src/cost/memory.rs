@@ -47,15 +47,41 @@ use super::context::{above, k, Ctx};
 use super::parameters::{layer_params, sharded_params, stage_params};
 use crate::Expr;
 
-/// Bytes of activations one layer keeps for one micro-batch, without recompute; the second
-/// value is the part selective recompute drops.
-pub(crate) fn layer_activations(ctx: &Ctx) -> (Expr, Expr) {
-    let layer = ctx.shared("layer_activations", || layer_activations_expr(ctx).0);
-    let droppable = ctx.shared("droppable_activations", || layer_activations_expr(ctx).1);
-    (layer, droppable)
+/// Bytes of activations one layer keeps for one micro-batch without recompute, and the parts
+/// that recomputing a module drops.
+pub(crate) struct LayerActivations {
+    pub total: Expr,
+    /// The attention core's scores (none with flash attention).
+    pub core_attn: Expr,
+    /// The two norms' outputs.
+    pub norms: Expr,
+    /// The experts' activation output, the down projection's input.
+    pub moe_act: Expr,
 }
 
-fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
+impl LayerActivations {
+    /// What a layer keeps under the recompute of modules the context's flags select.
+    pub fn kept(&self, ctx: &Ctx) -> Expr {
+        self.total.clone()
+            - ctx.selective.clone() * self.core_attn.clone()
+            - ctx.recompute_norms.clone() * self.norms.clone()
+            - ctx.recompute_moe_act.clone() * self.moe_act.clone()
+    }
+}
+
+pub(crate) fn layer_activations(ctx: &Ctx) -> LayerActivations {
+    let part = |key: &'static str, pick: fn(LayerActivations) -> Expr| {
+        ctx.shared(key, || pick(layer_activations_expr(ctx)))
+    };
+    LayerActivations {
+        total: part("layer_activations", |a| a.total),
+        core_attn: part("core_attn_activations", |a| a.core_attn),
+        norms: part("norm_activations", |a| a.norms),
+        moe_act: part("moe_act_activations", |a| a.moe_act),
+    }
+}
+
+fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
     let t = ctx.t.clone();
     let b = ctx.b.clone();
     let s_local = ctx.local_seq();
@@ -71,8 +97,10 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
     let masks = 2.0 * ctx.dropout;
     // The two norms' outputs, inputs of the QKV and MLP GEMMs; compiled blocks rebuild them.
     let norm_outputs = if ctx.compiled { 0.0 } else { 4.0 * g };
+    let replicated_divisor = ctx.replicated_divisor();
     let replicated =
-        k((4.0 + masks + norm_outputs) * h * act) * sb.clone() / ctx.replicated_divisor();
+        k((4.0 + masks + norm_outputs) * h * act) * sb.clone() / replicated_divisor.clone();
+    let norms = k(norm_outputs * h * act) * sb.clone() / replicated_divisor;
     let attention = k((2.0 + 2.0 * g) * ctx.q_dim * act) * sb.clone() / t.clone()
         + k(4.0 * ctx.kv_dim * act) * sb.clone() / ctx.kv_split();
     let scores = if ctx.flash {
@@ -90,19 +118,29 @@ fn layer_activations_expr(ctx: &Ctx) -> (Expr, Expr) {
         2.0 + down_input
     };
     let dense_mlp = k(mlp_factor * ctx.ffn * act) * sb.clone() / t.clone();
-    let mlp = match &ctx.moe {
-        None => dense_mlp,
+    let (mlp, moe_act) = match &ctx.moe {
+        None => (dense_mlp, k(0.0)),
         Some(moe) => {
-            let routed = sb.clone() * (moe.top_k * moe.capacity);
-            let experts = routed.clone() * (mlp_factor * moe.expert_ffn * act) / t.clone()
-                + routed * ((2.0 + 2.0 * g) * h * act);
+            // The token copies this GPU's experts work on: with experts split over tp, the
+            // tp group's whole sequence; folded over fewer ranks, `etp/tp` of it.
+            let routed = sb.clone() * (moe.top_k * moe.capacity) * ctx.et.clone() / t.clone();
+            let per_expert_width = routed.clone() * (moe.expert_ffn * act) / ctx.et.clone();
+            let experts =
+                per_expert_width.clone() * mlp_factor + routed * ((2.0 + 2.0 * g) * h * act);
             let shared = k(mlp_factor * moe.shared * moe.expert_ffn * act) * sb / t;
             let fraction = ctx.moe_fraction();
-            (k(1.0) - fraction.clone()) * dense_mlp + fraction * (experts + shared)
+            let moe_act = fraction.clone() * per_expert_width * down_input;
+            let mlp = (k(1.0) - fraction.clone()) * dense_mlp + fraction * (experts + shared);
+            (mlp, moe_act)
         }
     };
-    let droppable = if ctx.flash { k(0.0) } else { scores.clone() };
-    (Expr::sum([replicated, attention, scores, mlp]), droppable)
+    let core_attn = if ctx.flash { k(0.0) } else { scores.clone() };
+    LayerActivations {
+        total: Expr::sum([replicated, attention, scores, mlp]),
+        core_attn,
+        norms,
+        moe_act,
+    }
 }
 
 /// Micro-batches whose activations a pipeline device holds at its peak: `min(p − i, m)` for
@@ -206,8 +244,9 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
     let optimizer = optimizer_bytes * sharded_params(ctx, z1.clone());
 
-    let (layer, droppable) = layer_activations(ctx);
-    let kept = layer.clone() - ctx.selective.clone() * droppable;
+    let layer_activations = layer_activations(ctx);
+    let kept = layer_activations.kept(ctx);
+    let layer = layer_activations.total;
     let rep = ctx.replicated_divisor();
     let sbh = ctx.tokens() * ctx.hidden * bytes.activation / 2.0;
     let checkpoint = k(2.0) * sbh.clone() / rep.clone();

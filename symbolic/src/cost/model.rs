@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use tessel_grammar::{Offload, Precision, Recompute, Spec, Strategy};
+use tessel_grammar::{Offload, Precision, Recompute, RecomputeModules, Spec, Strategy};
 
 use super::calibration::{Calibration, KernelEfficiency};
 use super::layout::{microbatches, stage_layers, validate_strategy};
@@ -299,6 +299,11 @@ fn recompute_flops_per_token(spec: &Spec, strategy: &Strategy, layers: &[u64]) -
             |(stage, &count)| match strategy.recompute_of(stage as u64) {
                 Recompute::None => 0.0,
                 Recompute::Selective => count as f64 * selective_core,
+                // Of the modules, only the attention core's GEMMs count.
+                Recompute::Modules(modules) if modules.contains(RecomputeModules::CORE_ATTN) => {
+                    count as f64 * selective_core
+                }
+                Recompute::Modules(_) => 0.0,
                 Recompute::Full => count as f64 * layer_forward,
                 Recompute::Partial { full_layers } => full_layers.min(count) as f64 * layer_forward,
             },

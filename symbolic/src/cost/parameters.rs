@@ -28,7 +28,7 @@ fn layer_params_expr(ctx: &Ctx) -> Expr {
     let mlp = match &ctx.moe {
         None => k(dense_mlp) / t,
         Some(moe) => {
-            let experts = k(moe.experts * moe.expert_params) / (ctx.e.clone() * t.clone());
+            let experts = k(moe.experts * moe.expert_params) / (ctx.e.clone() * ctx.et.clone());
             let shared = k(moe.shared * moe.expert_params) / t.clone();
             let router = k(h * moe.experts);
             let fraction = ctx.moe_fraction();
@@ -59,24 +59,25 @@ pub(crate) fn head_params(ctx: &Ctx) -> Expr {
 }
 
 /// Of [`stage_params`], the routed experts' parameters: ZeRO shards them over the
-/// expert-data-parallel group (`dp·cp/ep` ranks holding the same experts), not over `dp·cp`.
+/// expert-data-parallel group (`tp·dp·cp/(etp·ep)` ranks holding the same experts, `dp·cp/ep`
+/// unfolded), not over `dp·cp`.
 pub(crate) fn stage_expert_params(ctx: &Ctx) -> Expr {
     match &ctx.moe {
         None => k(0.0),
         Some(moe) => {
             ctx.layers.clone() * ctx.moe_fraction() * (moe.experts * moe.expert_params)
-                / (ctx.e.clone() * ctx.t.clone())
+                / (ctx.e.clone() * ctx.et.clone())
         }
     }
 }
 
 /// Parameters per GPU after sharding over the data-parallel ranks when `sharded` is 1 (a ZeRO
-/// flag): dense parameters over `dp·cp`, routed experts over `dp·cp/ep`.
+/// flag): dense parameters over `dp·cp`, routed experts over their expert-data-parallel group.
 pub(crate) fn sharded_params(ctx: &Ctx, sharded: Expr) -> Expr {
     let experts = stage_expert_params(ctx);
     let dense = stage_params(ctx) - experts.clone();
     let ranks = ctx.d.clone() * ctx.c.clone();
-    let expert_ranks = ranks.clone() / ctx.e.clone();
+    let expert_ranks = ranks.clone() * ctx.t.clone() / (ctx.e.clone() * ctx.et.clone());
     dense / (k(1.0) + sharded.clone() * (ranks - 1.0))
         + experts / (k(1.0) + sharded * (expert_ranks - 1.0))
 }

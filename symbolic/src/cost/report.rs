@@ -119,6 +119,7 @@ fn recompute_label(recompute: Recompute) -> String {
         Recompute::Selective => "selective".into(),
         Recompute::Full => "full".into(),
         Recompute::Partial { full_layers } => format!("partial ({full_layers} layers/stage)"),
+        Recompute::Modules(modules) => format!("modules ({modules})"),
     }
 }
 

@@ -2,7 +2,7 @@
 //! depends on, and the outputs the expressions produce. A compiled program evaluates the
 //! outputs from the slot values in this order.
 
-use tessel_grammar::{Offload, Recompute, Strategy};
+use tessel_grammar::{Offload, Recompute, RecomputeModules, Strategy};
 
 use crate::Symbol;
 
@@ -25,7 +25,7 @@ pub enum Slot {
     Layers,
     /// Of those, layers recomputed in full.
     FullRecomputeLayers,
-    /// 1 when the other layers re-run their attention core (selective recompute), else 0.
+    /// 1 when the layers not fully recomputed re-run their attention core, else 0.
     Selective,
     /// 1 with sequence parallelism, else 0.
     SequenceParallel,
@@ -35,10 +35,16 @@ pub enum Slot {
     OffloadWeights,
     OffloadGradients,
     OffloadActivations,
+    /// The experts' tensor-parallel degree (`tp` unless folded).
+    ExpertTp,
+    /// 1 when the layers not fully recomputed re-run their norms, else 0.
+    RecomputeNorms,
+    /// 1 when they re-run the experts' activation function, else 0.
+    RecomputeMoeAct,
 }
 
 impl Slot {
-    pub const ALL: [Slot; 18] = [
+    pub const ALL: [Slot; 21] = [
         Slot::Microbatch,
         Slot::Tp,
         Slot::Pp,
@@ -57,6 +63,9 @@ impl Slot {
         Slot::OffloadWeights,
         Slot::OffloadGradients,
         Slot::OffloadActivations,
+        Slot::ExpertTp,
+        Slot::RecomputeNorms,
+        Slot::RecomputeMoeAct,
     ];
 
     /// The symbol's name in the expressions.
@@ -80,6 +89,9 @@ impl Slot {
             Slot::OffloadWeights => "off_w",
             Slot::OffloadGradients => "off_g",
             Slot::OffloadActivations => "off_act",
+            Slot::ExpertTp => "et",
+            Slot::RecomputeNorms => "re_norms",
+            Slot::RecomputeMoeAct => "re_moe_act",
         }
     }
 
@@ -114,6 +126,9 @@ impl Slot {
             "off_w" => 15,
             "off_g" => 16,
             "off_act" => 17,
+            "et" => 18,
+            "re_norms" => 19,
+            "re_moe_act" => 20,
             _ => return None,
         })
     }
@@ -197,14 +212,15 @@ pub fn slot_values(
     layers: u64,
     recompute: Recompute,
     offload: Offload,
-) -> [f64; 18] {
-    let (full, selective) = match recompute {
-        Recompute::None => (0, 0.0),
-        Recompute::Selective => (0, 1.0),
-        Recompute::Full => (layers, 0.0),
-        Recompute::Partial { full_layers } => (full_layers.min(layers), 0.0),
+) -> [f64; Slot::ALL.len()] {
+    let full = match recompute {
+        Recompute::Full => layers,
+        Recompute::Partial { full_layers } => full_layers.min(layers),
+        Recompute::None | Recompute::Selective | Recompute::Modules(_) => 0,
     };
-    let mut values = [0.0; 18];
+    let modules = recompute.modules();
+    let flag = |module: RecomputeModules| if modules.contains(module) { 1.0 } else { 0.0 };
+    let mut values = [0.0; Slot::ALL.len()];
     let mut set = |slot: Slot, value: f64| values[slot.index()] = value;
     set(Slot::Microbatch, strategy.microbatch as f64);
     set(Slot::Tp, strategy.tp as f64);
@@ -217,7 +233,10 @@ pub fn slot_values(
     set(Slot::Stage, stage as f64);
     set(Slot::Layers, layers as f64);
     set(Slot::FullRecomputeLayers, full as f64);
-    set(Slot::Selective, selective);
+    set(Slot::Selective, flag(RecomputeModules::CORE_ATTN));
+    set(Slot::RecomputeNorms, flag(RecomputeModules::LAYERNORM));
+    set(Slot::RecomputeMoeAct, flag(RecomputeModules::MOE_ACT));
+    set(Slot::ExpertTp, strategy.expert_tp() as f64);
     set(
         Slot::SequenceParallel,
         if strategy.sequence_parallel { 1.0 } else { 0.0 },

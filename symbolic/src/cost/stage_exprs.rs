@@ -139,10 +139,11 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         k(0.0),
     ]);
 
-    let recompute = ctx.bind(
-        full.clone() * forward.clone()
-            + partial * ctx.selective.clone() * layer.attention_core_fwd.clone(),
-    );
+    // Layers not recomputed in full re-run the modules the recompute names.
+    let modules_forward = ctx.selective.clone() * layer.attention_core_fwd.clone()
+        + ctx.recompute_norms.clone() * layer.norms_fwd.clone()
+        + ctx.recompute_moe_act.clone() * layer.moe_act_fwd.clone();
+    let recompute = ctx.bind(full.clone() * forward.clone() + partial * modules_forward);
     let passes = k(2.0) * layers.clone() + full.clone();
     let tp = tp_layer_passes(ctx, layers.clone() + full.clone(), layers.clone());
     // Overlapped tp collectives are split and pipelined with the GEMMs around them: only
@@ -230,6 +231,5 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
 
 /// Activation bytes of one micro-batch on the device (what activation offload moves).
 fn memory_activations_before_offload(ctx: &Ctx) -> Expr {
-    let (layer, droppable) = super::memory::layer_activations(ctx);
-    ctx.layers.clone() * (layer - ctx.selective.clone() * droppable)
+    ctx.layers.clone() * super::memory::layer_activations(ctx).kept(ctx)
 }

@@ -42,7 +42,8 @@ impl RecomputeKind {
     fn of(recompute: Recompute) -> RecomputeKind {
         match recompute {
             Recompute::None => RecomputeKind::None,
-            Recompute::Selective => RecomputeKind::Selective,
+            // Re-running named modules keeps most activations, as selective recompute does.
+            Recompute::Selective | Recompute::Modules(_) => RecomputeKind::Selective,
             Recompute::Full => RecomputeKind::Full,
             Recompute::Partial { .. } => RecomputeKind::Partial,
         }
