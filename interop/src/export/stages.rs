@@ -41,6 +41,13 @@ pub(crate) fn stages(spec: &Spec, strategy: &Strategy, report: &mut Report) -> S
         return Stages::Even { per_chunk: 1 };
     }
     let chunks = pp.saturating_mul(v);
+    if chunks > layers.max(1) {
+        report.unsupported(format!(
+            "pp·interleave = {pp}·{v} is more virtual stages than the model's {layers} layers; \
+             written as one layer per virtual stage"
+        ));
+        return Stages::Even { per_chunk: 1 };
+    }
     if let Some(given) = &strategy.stages {
         let sum = given.iter().fold(0u64, |acc, &n| acc.saturating_add(n));
         let per_chunk = given.len() as u64 == chunks && empty_chunk_error(given).is_none();
