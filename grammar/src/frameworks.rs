@@ -1,6 +1,6 @@
-//! What each training framework runs, in one table: the checker (a strategy its framework
-//! cannot run is an error), the planner (its search space) and the exporters read it, so a plan
-//! is never made for something the framework cannot execute nor exported with a line saying so.
+//! What each training framework runs, in one table: the planner (its search space) and the
+//! exporters read it, so a plan is never made for something the framework cannot execute, and a
+//! strategy that asks for it is exported with a line saying why.
 //!
 //! Sources, each framework's own documentation and argument parser:
 //! - Megatron-LM (`megatron`): `--use-distributed-optimizer` shards optimizer state only
