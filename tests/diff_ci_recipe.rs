@@ -3,8 +3,11 @@
 //! by bash in a scratch git repository, passes an unchanged plan and fails a regressing one with
 //! the markdown diff in the comment.
 
+mod common;
+
+use common::tessel;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -33,13 +36,6 @@ fn script(recipe: &Yaml) -> String {
         .and_then(|s| s["run"].as_str())
         .expect("the check-and-diff step")
         .to_string()
-}
-
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .output()
-        .expect("the tessel binary runs")
 }
 
 #[test]

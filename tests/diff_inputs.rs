@@ -1,18 +1,12 @@
 //! `tessel diff` on files that are not plans, and its JSON against numbers computed here from
 //! the plan files themselves.
 
+mod common;
+
+use common::tessel;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the tessel binary runs")
-}
 
 const PLAN: &str = "tests/workflow/plans/llama3-8b.json";
 

@@ -2,24 +2,9 @@
 //! exactly what the strategy itself exports (only the strategy's name in the header differs),
 //! uneven stages come through, and a damaged plan or a misplaced --strategy is bad input.
 
-use std::process::{Command, Output};
+mod common;
 
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the tessel binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
+use common::{stdout, tessel};
 
 const SPEC: &str = "tests/workflow/specs/llama3-70b-128.tsl";
 

@@ -2,16 +2,11 @@
 //! model block that `tessel check` accepts with the same parameter count, and export writes what
 //! the library writes.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the tessel binary runs")
-}
+use common::tessel;
+use std::path::Path;
+use std::process::Output;
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

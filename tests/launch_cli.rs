@@ -1,20 +1,16 @@
 //! `tessel launch` on real plan files: a 70B plan shrunk by the automatic scale, the Chrome
 //! trace, and the errors for files that are not runnable plans (exit 1).
 
+mod common;
+
+use common::tessel;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-const TESSEL: &str = env!("CARGO_BIN_EXE_tessel");
 
 fn spec(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/launch")
         .join(name)
-}
-
-fn tessel(args: &[&str]) -> Output {
-    Command::new(TESSEL).args(args).output().unwrap()
 }
 
 fn write_plan(dir: &Path, spec_name: &str, degrees: &[&str]) -> PathBuf {

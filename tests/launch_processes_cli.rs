@@ -1,16 +1,10 @@
 //! `tessel launch` with several processes: the ranks rendezvous over loopback TCP and train the
 //! same losses as the one-process run; the CUDA backend explains what is missing.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the tessel binary runs")
-}
+use common::tessel;
+use std::path::Path;
 
 fn small_plan(dir: &Path) -> String {
     let plan = dir.join("plan.json").to_str().expect("UTF-8").to_string();

@@ -3,26 +3,11 @@
 //! and an embedding-only first chunk is written (`specs/qwen3-235b-a22b.tsl`), checked,
 //! estimated, planned and exported to Megatron-LM with nothing the target cannot express.
 
-use std::process::{Command, Output};
+mod common;
+
+use common::{stdout, tessel};
 
 const SPEC: &str = "specs/qwen3-235b-a22b.tsl";
-
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("the tessel binary runs")
-}
-
-fn stdout(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 #[test]
 fn check_prints_the_folded_experts_and_the_published_size() {
@@ -51,9 +36,8 @@ fn the_folded_strategy_is_estimated_and_fits() {
 
 #[test]
 fn the_folded_plan_exports_to_megatron_with_nothing_unexpressed() {
-    let dir = std::env::temp_dir().join(format!("tessel-moe-folding-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let plan = dir.join("folded.json");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plan = dir.path().join("folded.json");
     let plan = plan.to_str().expect("utf-8 path");
     stdout(&tessel(&["plan", SPEC, "--strategy", "folded", "-o", plan]));
     let output = tessel(&["export", plan, "--to", "megatron"]);
@@ -71,14 +55,12 @@ fn the_folded_plan_exports_to_megatron_with_nothing_unexpressed() {
     ] {
         assert!(script.contains(flag), "{flag} missing from\n{script}");
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
 fn the_search_plans_the_model_with_what_megatron_runs() {
-    let dir = std::env::temp_dir().join(format!("tessel-moe-search-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let plan = dir.join("plan.json");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plan = dir.path().join("plan.json");
     let plan = plan.to_str().expect("utf-8 path");
     stdout(&tessel(&["plan", SPEC, "-o", plan]));
     let output = tessel(&["export", plan, "--to", "megatron"]);
@@ -95,5 +77,4 @@ fn the_search_plans_the_model_with_what_megatron_runs() {
         .filter(|line| !line.contains("recompute differs by pipeline stage"))
         .collect();
     assert!(inexpressible.is_empty(), "{stderr}");
-    std::fs::remove_dir_all(&dir).ok();
 }

@@ -2,15 +2,11 @@
 //! the spec is edited it is stale by digest; a committed plan slower than the best by more than
 //! the threshold is stale; a damaged plan file is bad input that names the problem.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .output()
-        .expect("the tessel binary runs")
-}
+use common::tessel;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
 fn text(output: &Output) -> String {
     format!(

@@ -2,20 +2,15 @@
 //! that add up to the plan's stage totals, nothing fetched from the network, escaped text,
 //! deterministic bytes, the measured timeline of a real CPU run, and the CLI's errors.
 
+mod common;
+
+use common::tessel;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use tessel_planner::report::{parse_trace, predicted_timeline, render_report, Pass};
 use tessel_planner::Plan;
 use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions};
-
-fn tessel(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run tessel")
-}
 
 /// Plans `spec` (with extra `tessel plan` arguments) into `dir`; returns the file and the plan.
 fn make_plan(dir: &Path, name: &str, spec: &str, extra: &[&str]) -> (PathBuf, Plan) {
