@@ -18,6 +18,16 @@ pub fn stage_chunks(stage_layers: &[u64], interleave: u64) -> Vec<u64> {
     chunks
 }
 
+/// Layers per pipeline stage of chunk layers in model order (chunk `j` on stage `j mod pp`).
+pub fn stage_totals(chunks: &[u64], pp: u64) -> Vec<u64> {
+    let pp = pp.max(1) as usize;
+    let mut stages = vec![0; pp];
+    for (j, layers) in chunks.iter().enumerate() {
+        stages[j % pp] += layers;
+    }
+    stages
+}
+
 /// Why chunk layers (model order) leave a chunk empty where no framework would, if they do.
 /// Only the first chunk may hold the embedding alone and only the last the loss alone
 /// (Megatron-LM's `E|…` and `…|L` pipeline layouts); a chunk in between needs a layer.

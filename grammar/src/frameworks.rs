@@ -128,9 +128,7 @@ impl Framework {
                 tp_without_sequence_parallel: true,
                 expert_folding: true,
                 partial_recompute: PartialRecompute::FirstLayers,
-                recompute_modules: RecomputeModules::CORE_ATTN
-                    .with(RecomputeModules::LAYERNORM)
-                    .with(RecomputeModules::MOE_ACT),
+                recompute_modules: RecomputeModules::ALL,
                 optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 1 },
                 weight_offload_under_zero3: false,
                 gradient_offload_with_optimizer: false,
@@ -145,9 +143,7 @@ impl Framework {
                 tp_without_sequence_parallel: true,
                 expert_folding: true,
                 partial_recompute: PartialRecompute::FirstLayers,
-                recompute_modules: RecomputeModules::CORE_ATTN
-                    .with(RecomputeModules::LAYERNORM)
-                    .with(RecomputeModules::MOE_ACT),
+                recompute_modules: RecomputeModules::ALL,
                 optimizer_offload: OptimizerOffload::Never,
                 weight_offload_under_zero3: false,
                 gradient_offload_with_optimizer: false,

@@ -35,7 +35,7 @@ pub use blocks::cluster::{
     DEFAULT_HOST_LINK, DEFAULT_HOST_MEMORY_PER_GPU_MEMORY, DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
 };
-pub use chunks::{empty_chunk_error, stage_chunks};
+pub use chunks::{empty_chunk_error, stage_chunks, stage_totals};
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use frameworks::{ActivationOffload, Capabilities, OptimizerOffload, PartialRecompute};
 pub use model_stats::ParameterCount;

@@ -450,6 +450,10 @@ impl RecomputeModules {
     pub const LAYERNORM: RecomputeModules = RecomputeModules(2);
     /// The experts' activation function: its output, the down projection's input, is not kept.
     pub const MOE_ACT: RecomputeModules = RecomputeModules(4);
+    /// Every module Tessel models.
+    pub const ALL: RecomputeModules = RecomputeModules(
+        RecomputeModules::CORE_ATTN.0 | RecomputeModules::LAYERNORM.0 | RecomputeModules::MOE_ACT.0,
+    );
     /// Every module Tessel models, by name, in Megatron-LM's order.
     pub const NAMED: [(&'static str, RecomputeModules); 3] = [
         ("core_attn", RecomputeModules::CORE_ATTN),
@@ -507,7 +511,8 @@ impl<'de> Deserialize<'de> for RecomputeModules {
                 .map(|module| set.with(module))
                 .ok_or_else(|| {
                     serde::de::Error::custom(format!(
-                        "unknown recompute module `{name}` (known: core_attn, layernorm, moe_act)"
+                        "unknown recompute module `{name}` (known: {})",
+                        RecomputeModules::ALL
                     ))
                 })
         })

@@ -28,22 +28,12 @@ pub fn even_chunks(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
     per_chunk
 }
 
-/// Layers per stage, summing each stage's chunks.
-pub fn stage_totals(chunks: &[u64], pp: u64) -> Vec<u64> {
-    let pp = pp.max(1) as usize;
-    let mut stages = vec![0; pp];
-    for (j, layers) in chunks.iter().enumerate() {
-        stages[j % pp] += layers;
-    }
-    stages
-}
-
 /// Layers per stage of the even spread (see [`even_chunks`]).
 pub fn even_split(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
     stage_totals(&even_chunks(layers, pp, interleave), pp)
 }
 
-pub use tessel_grammar::stage_chunks;
+pub use tessel_grammar::{stage_chunks, stage_totals};
 
 /// The model layer ranges `[first, last)` each stage holds, one per chunk, from the layers per
 /// chunk in model order.

@@ -370,14 +370,18 @@ fn enumerate_inner(
         })
         .collect();
     for &(ep, etp) in &expert_layouts {
-        let experts = model.moe.as_ref().map_or(1, |moe| moe.experts);
-        // Unfolded, expert-parallel ranks come from dp·cp; folded, etp·ep from tp·dp·cp.
-        let (ranks, group) = if etp == tp {
-            (dp * cp, ep)
-        } else {
-            (dp * cp * tp, ep * etp)
+        // The experts' layout rule of the checker and the cost model; sequence parallelism,
+        // which folding also needs, is decided below.
+        let experts = Strategy {
+            dp,
+            tp,
+            cp,
+            ep,
+            etp: (etp != tp).then_some(etp),
+            sequence_parallel: true,
+            ..Strategy::default()
         };
-        if ep == 0 || !ranks.is_multiple_of(group) || !experts.is_multiple_of(ep) {
+        if experts.expert_layout_error(model).is_some() {
             counts.enumerated += 1;
             counts.rejected_divisibility += 1;
             continue;
@@ -411,6 +415,7 @@ fn enumerate_inner(
                                 || (interleaving && pp > 1 && m.is_multiple_of(pp)))
                             && zero <= 3
                             && !(sequence_parallel && tp == 1)
+                            // Folded experts need sequence parallelism (`expert_layout_error`).
                             && (etp == tp || sequence_parallel);
                         if !valid {
                             counts.rejected_divisibility += 1;

@@ -134,7 +134,7 @@ fn keep_for(recompute: Recompute, position_in_stage: usize) -> Keep {
             Keep::InputOnly
         }
         Recompute::Partial { .. } => Keep::Everything,
-        // `ExecutionPlan::from_strategy` rejects module recompute; keep what selective keeps.
+        // `ExecutionPlan::validate` rejects module recompute; keep what selective keeps.
         Recompute::Modules(_) => Keep::AllButAttentionCore,
     }
 }

@@ -89,23 +89,7 @@ impl ExecutionPlan {
                 )))
             }
         };
-        if strategy.expert_tp() != strategy.tp {
-            return Err(RuntimeError::invalid_plan(format!(
-                "etp = {}: the CPU runtime splits experts over tp ({}); folded experts are \
-                 planned and exported, not executed here",
-                strategy.expert_tp(),
-                strategy.tp
-            )));
-        }
-        if let Some(stage) =
-            (0..strategy.pp).find(|&s| matches!(strategy.recompute_of(s), Recompute::Modules(_)))
-        {
-            return Err(RuntimeError::invalid_plan(format!(
-                "recompute = {} (stage {stage}): the CPU runtime recomputes none, selective, full \
-                 or the first layers of a stage, not named modules",
-                strategy.recompute_of(stage)
-            )));
-        }
+        experts_split_over_tp(strategy.tp, strategy.etp)?;
         let plan = ExecutionPlan {
             dp: strategy.dp,
             tp: strategy.tp,
@@ -162,6 +146,17 @@ impl ExecutionPlan {
     /// Checks every divisibility the executor relies on.
     pub fn validate(&self, model: &ModelSpec) -> Result<(), RuntimeError> {
         let bad = |s: String| Err(RuntimeError::invalid_plan(s));
+        if let Some((stage, recompute)) = self
+            .recompute
+            .iter()
+            .enumerate()
+            .find(|(_, r)| matches!(r, Recompute::Modules(_)))
+        {
+            return bad(format!(
+                "recompute = {recompute} (stage {stage}): the CPU runtime recomputes none, \
+                 selective, full or the first layers of a stage, not named modules"
+            ));
+        }
         for (what, v) in [
             ("dp", self.dp),
             ("tp", self.tp),
@@ -328,4 +323,16 @@ fn even_split(layers: u64, parts: u64) -> Result<Vec<(u64, u64)>, RuntimeError> 
         .map(|i| layers / parts + u64::from(i < layers % parts))
         .collect();
     Ok(ranges(&sizes))
+}
+
+/// The CPU runtime splits experts over the tensor-parallel ranks; a plan whose experts are
+/// folded (`etp` below `tp`) is refused.
+pub(crate) fn experts_split_over_tp(tp: u64, etp: Option<u64>) -> Result<(), RuntimeError> {
+    match etp.filter(|&etp| etp != tp) {
+        Some(etp) => Err(RuntimeError::invalid_plan(format!(
+            "etp = {etp}: the CPU runtime splits experts over tp ({tp}); folded experts are \
+             planned and exported, not executed here"
+        ))),
+        None => Ok(()),
+    }
 }

@@ -50,24 +50,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
             return bad(format!("config.{what} must be at least 1"));
         }
     }
-    if let Some(etp) = c.etp.filter(|&etp| etp != c.tp) {
-        return bad(format!(
-            "etp = {etp}: the CPU runtime splits experts over tp ({}); folded experts are planned \
-             and exported, not executed here",
-            c.tp
-        ));
-    }
-    if let Some(stage) = plan
-        .stages
-        .iter()
-        .find(|s| matches!(s.recompute, tessel_grammar::Recompute::Modules(_)))
-    {
-        return bad(format!(
-            "recompute = {} (stage {}): the CPU runtime recomputes none, selective, full or the \
-             first layers of a stage, not named modules",
-            stage.recompute, stage.stage
-        ));
-    }
+    crate::plan::experts_split_over_tp(c.tp, c.etp)?;
     let world = [c.dp, c.tp, c.pp, c.cp]
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))

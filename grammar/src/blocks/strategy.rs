@@ -94,7 +94,7 @@ const UNMODELLED_MODULES: [&str; 6] = [
 
 /// `modules = [core_attn, layernorm, moe_act]`: Megatron-LM's `--recompute-modules`.
 fn to_modules(v: &Spanned, problems: &mut Vec<Problem>) -> Option<RecomputeModules> {
-    let known: Vec<&str> = RecomputeModules::NAMED.iter().map(|(n, _)| *n).collect();
+    let known = RecomputeModules::ALL;
     let Value::List(elements) = &v.value else {
         problems.push(Problem::new(
             v.span,
@@ -122,7 +122,7 @@ fn to_modules(v: &Spanned, problems: &mut Vec<Problem>) -> Option<RecomputeModul
                     element.span,
                     format!(
                         "a recompute module is one of {}, found {}",
-                        known.join(", "),
+                        known,
                         other.describe()
                     ),
                 ));
@@ -138,18 +138,15 @@ fn to_modules(v: &Spanned, problems: &mut Vec<Problem>) -> Option<RecomputeModul
                 )
                 .with_help(format!(
                     "the modules Tessel models are {}; `full` re-runs whole layers",
-                    known.join(", ")
+                    known
                 )),
             ),
             None => problems.push(
                 Problem::new(
                     element.span,
-                    format!(
-                        "unknown recompute module `{name}`: Tessel models {}",
-                        known.join(", ")
-                    ),
+                    format!("unknown recompute module `{name}`: Tessel models {}", known),
                 )
-                .with_optional_help(suggest::did_you_mean(name, known.iter().copied())),
+                .with_optional_help(suggest::did_you_mean(name, known.names())),
             ),
         }
     }

@@ -5,8 +5,8 @@
 //! optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks).
 
 use tessel_grammar::{
-    stage_chunks, Fp8Scaling, Framework, MlpKind, NormKind, PositionKind, Precision, Recompute,
-    Spec, Strategy,
+    stage_chunks, stage_totals, Fp8Scaling, Framework, MlpKind, NormKind, PositionKind, Precision,
+    Recompute, Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -252,7 +252,7 @@ fn pipeline_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &
             }
         }
         Stages::Uneven { chunks } => {
-            let split = Stages::per_stage(&chunks, pp);
+            let split = stage_totals(&chunks, pp);
             let first = split[0];
             let last = split[split.len() - 1];
             let middle = &split[1..split.len() - 1];

@@ -13,18 +13,6 @@ pub(crate) enum Stages {
     Uneven { chunks: Vec<u64> },
 }
 
-impl Stages {
-    /// Layers per pipeline stage of uneven chunks.
-    pub(crate) fn per_stage(chunks: &[u64], pp: u64) -> Vec<u64> {
-        let pp = pp.max(1) as usize;
-        let mut totals = vec![0; pp];
-        for (index, layers) in chunks.iter().enumerate() {
-            totals[index % pp] += layers;
-        }
-        totals
-    }
-}
-
 /// The strategy's `stages` (layers per chunk, or per pipeline stage when interleaved and given
 /// per stage), or the split the exporter chooses when the strategy leaves it open: even when
 /// the layers divide, otherwise equal middle stages and lighter end stages (which also hold

@@ -9,7 +9,7 @@
 //! job config.
 
 use tessel_grammar::{
-    Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+    stage_totals, Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -337,7 +337,7 @@ fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &m
     let (per_stage, first_less, last_less) = match stages(spec, strategy, report) {
         Stages::Even { per_chunk } => (per_chunk, 0, 0),
         Stages::Uneven { chunks } => {
-            let split = Stages::per_stage(&chunks, pp);
+            let split = stage_totals(&chunks, pp);
             let widest = split.iter().copied().max().unwrap_or(1);
             let middle = &split[1..split.len() - 1];
             let middle_equal = middle.iter().all(|&n| n == widest);

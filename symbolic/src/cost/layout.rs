@@ -36,12 +36,7 @@ pub fn spread_layers(layers: u64, pp: u64, interleave: u64) -> Vec<u64> {
 /// Sums chunk layer counts onto their devices (chunk `j` on device `j mod pp`).
 pub fn chunk_layers_to_devices(per_chunk: &[u64], pp: u64) -> Vec<u64> {
     // Never more devices than chunks (a valid strategy has pp ≤ chunks).
-    let pp = (pp.max(1)).min(per_chunk.len().max(1) as u64) as usize;
-    let mut devices = vec![0u64; pp];
-    for (j, layers) in per_chunk.iter().enumerate() {
-        devices[j % pp] += layers;
-    }
-    devices
+    tessel_grammar::stage_totals(per_chunk, pp.max(1).min(per_chunk.len().max(1) as u64))
 }
 
 /// Layers per pipeline device for a strategy: its explicit `stages` (per chunk) or the even

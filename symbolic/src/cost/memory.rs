@@ -70,14 +70,18 @@ impl LayerActivations {
 }
 
 pub(crate) fn layer_activations(ctx: &Ctx) -> LayerActivations {
-    let part = |key: &'static str, pick: fn(LayerActivations) -> Expr| {
-        ctx.shared(key, || pick(layer_activations_expr(ctx)))
+    // Built at most once per context; each part is bound once and shared after that.
+    let built = std::cell::OnceCell::new();
+    let part = |key: &'static str, pick: fn(&LayerActivations) -> &Expr| {
+        ctx.shared(key, || {
+            pick(built.get_or_init(|| layer_activations_expr(ctx))).clone()
+        })
     };
     LayerActivations {
-        total: part("layer_activations", |a| a.total),
-        core_attn: part("core_attn_activations", |a| a.core_attn),
-        norms: part("norm_activations", |a| a.norms),
-        moe_act: part("moe_act_activations", |a| a.moe_act),
+        total: part("layer_activations", |a| &a.total),
+        core_attn: part("core_attn_activations", |a| &a.core_attn),
+        norms: part("norm_activations", |a| &a.norms),
+        moe_act: part("moe_act_activations", |a| &a.moe_act),
     }
 }
 
