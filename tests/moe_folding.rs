@@ -31,6 +31,7 @@ fn the_folded_strategy_is_estimated_and_fits() {
         text.contains("recompute modules (layernorm, moe_act)"),
         "{text}"
     );
+    assert!(text.contains("ep 16 · etp 1 |"), "{text}");
     assert!(text.contains("(fits)"), "{text}");
 }
 

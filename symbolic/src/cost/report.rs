@@ -186,12 +186,16 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
     );
     let _ = writeln!(
         out,
-        "dp {} · tp {} · pp {} · cp {} · ep {} | micro-batch {} | interleave {} | recompute {} | sequence parallel {} | ZeRO {}",
+        "dp {} · tp {} · pp {} · cp {} · ep {}{} | micro-batch {} | interleave {} | recompute {} | sequence parallel {} | ZeRO {}",
         strategy.dp,
         strategy.tp,
         strategy.pp,
         strategy.cp,
         strategy.ep,
+        match strategy.expert_tp() {
+            etp if etp != strategy.tp => format!(" · etp {etp}"),
+            _ => String::new(),
+        },
         strategy.microbatch,
         strategy.interleave,
         strategy_recompute_label(strategy),
