@@ -23,8 +23,38 @@
 //!   optimizer state to the host together; tensor parallelism always shards norms along the
 //!   sequence; activation checkpointing is none, selective or every layer. DeepSpeed and
 //!   torchtitan recompute no module but the attention core on its own.
+//! - Tessel's runtime (`tessel`, `tessel launch`, docs/RUNTIME-NOTES.md): ZeRO 0–3 with any
+//!   pipeline, interleaving and context parallelism, the first N layers of a stage recomputed,
+//!   any fraction of any state offloaded, and a different recompute and offload on every
+//!   pipeline stage. None of the other four applies more than one recompute or offload setting
+//!   to a job (Megatron-LM's `--recompute-*` and offload flags, DeepSpeed's `activation_checkpointing`
+//!   and `zero_optimization`, torchtitan's `[activation_checkpoint]` are global).
 
+use std::fmt;
+
+use crate::chunks::stage_totals;
 use crate::spec::{Framework, Offload, Recompute, RecomputeModules, Strategy};
+
+/// One thing a framework cannot run: the `strategy` field that asks for it and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// `zero`, `pp`, `interleave`, `cp`, `etp`, `sequence_parallel`, `recompute` or `offload`.
+    pub field: &'static str,
+    /// `zero = 3: Megatron-LM runs ZeRO stages [0, 1]; …`
+    pub reason: String,
+}
+
+impl Limit {
+    fn new(field: &'static str, reason: String) -> Limit {
+        Limit { field, reason }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
 
 /// How a framework offloads optimizer state to host memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,14 +69,39 @@ pub enum OptimizerOffload {
     WithWeightsAndGradients,
 }
 
+/// How a framework keeps weights in host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightOffload {
+    /// Not at all (or only as FSDP2's offload of everything, [`OptimizerOffload::WithWeightsAndGradients`]).
+    Never,
+    /// All of them under ZeRO-3 (DeepSpeed's `offload_param`).
+    AllUnderZero3,
+    /// Any fraction at any ZeRO stage.
+    AnyFraction,
+}
+
+/// How a framework moves gradients to host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradientOffload {
+    /// Not at all (or only with FSDP2's offload of everything).
+    Never,
+    /// With the optimizer state, for a host optimizer step (DeepSpeed's ZeRO-Offload).
+    WithOptimizer,
+    /// Any fraction.
+    AnyFraction,
+}
+
 /// Which layers a framework can recompute in full when not all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PartialRecompute {
     /// None: recompute is none, selective or every layer.
     Never,
-    /// The first N layers of each stage (Megatron-LM's `--recompute-method block
-    /// --recompute-num-layers N`).
+    /// The first N layers of each virtual stage (Megatron-LM's `--recompute-method block
+    /// --recompute-num-layers N`), so with interleaving a stage recomputes a multiple of its
+    /// virtual stages.
     FirstLayers,
+    /// The first N layers of each pipeline stage, across its virtual stages (Tessel's runtime).
+    FirstLayersOfStage,
     /// Every k-th layer (torchtitan's `selective_ac_option = "k"`), so N must be the stage's
     /// layers over k.
     EveryKthLayer,
@@ -57,7 +112,7 @@ impl PartialRecompute {
     pub fn runs(self, full_layers: u64, stage_layers: u64) -> bool {
         match self {
             PartialRecompute::Never => false,
-            PartialRecompute::FirstLayers => true,
+            PartialRecompute::FirstLayers | PartialRecompute::FirstLayersOfStage => true,
             PartialRecompute::EveryKthLayer => {
                 full_layers > 0 && (2..=stage_layers).any(|k| stage_layers / k == full_layers)
             }
@@ -72,8 +127,10 @@ pub enum ActivationOffload {
     /// Without pipeline parallelism and without recompute (Megatron-LM's
     /// `--cpu-offloading-num-layers`).
     WithoutPipelineOrRecompute,
-    /// The checkpoints of whole-layer recompute (DeepSpeed's `cpu_checkpointing`).
+    /// All the checkpoints of whole-layer recompute (DeepSpeed's `cpu_checkpointing`).
     OfCheckpointedLayers,
+    /// Any fraction, with or without recompute and pipelining.
+    AnyFraction,
 }
 
 /// What one framework executes.
@@ -100,20 +157,21 @@ pub struct Capabilities {
     /// The modules it can recompute on their own (`selective` is the attention core).
     pub recompute_modules: RecomputeModules,
     pub optimizer_offload: OptimizerOffload,
-    /// Weights in host memory (DeepSpeed's `offload_param`, ZeRO-3), all of them.
-    pub weight_offload_under_zero3: bool,
-    /// Gradients moved to the host for a host optimizer step (DeepSpeed's ZeRO-Offload).
-    pub gradient_offload_with_optimizer: bool,
+    pub weight_offload: WeightOffload,
+    pub gradient_offload: GradientOffload,
     pub activation_offload: ActivationOffload,
+    /// A different recompute and offload on each pipeline stage.
+    pub per_stage_options: bool,
 }
 
 impl Framework {
     /// Every framework, in the order the language lists them.
-    pub const ALL: [Framework; 4] = [
+    pub const ALL: [Framework; 5] = [
         Framework::Megatron,
         Framework::MegatronFsdp,
         Framework::Deepspeed,
         Framework::Fsdp,
+        Framework::Tessel,
     ];
 
     /// The table: what this framework runs.
@@ -130,9 +188,10 @@ impl Framework {
                 partial_recompute: PartialRecompute::FirstLayers,
                 recompute_modules: RecomputeModules::ALL,
                 optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 1 },
-                weight_offload_under_zero3: false,
-                gradient_offload_with_optimizer: false,
+                weight_offload: WeightOffload::Never,
+                gradient_offload: GradientOffload::Never,
                 activation_offload: ActivationOffload::WithoutPipelineOrRecompute,
+                per_stage_options: false,
             },
             Framework::MegatronFsdp => Capabilities {
                 zero_stages: &[0, 1, 2, 3],
@@ -145,9 +204,10 @@ impl Framework {
                 partial_recompute: PartialRecompute::FirstLayers,
                 recompute_modules: RecomputeModules::ALL,
                 optimizer_offload: OptimizerOffload::Never,
-                weight_offload_under_zero3: false,
-                gradient_offload_with_optimizer: false,
+                weight_offload: WeightOffload::Never,
+                gradient_offload: GradientOffload::Never,
                 activation_offload: ActivationOffload::Never,
+                per_stage_options: false,
             },
             Framework::Deepspeed => Capabilities {
                 zero_stages: &[0, 1, 2, 3],
@@ -160,9 +220,10 @@ impl Framework {
                 partial_recompute: PartialRecompute::FirstLayers,
                 recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::WholeOrFractionUnderZero3,
-                weight_offload_under_zero3: true,
-                gradient_offload_with_optimizer: true,
+                weight_offload: WeightOffload::AllUnderZero3,
+                gradient_offload: GradientOffload::WithOptimizer,
                 activation_offload: ActivationOffload::OfCheckpointedLayers,
+                per_stage_options: false,
             },
             Framework::Fsdp => Capabilities {
                 zero_stages: &[0, 2, 3],
@@ -175,9 +236,26 @@ impl Framework {
                 partial_recompute: PartialRecompute::EveryKthLayer,
                 recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::WithWeightsAndGradients,
-                weight_offload_under_zero3: false,
-                gradient_offload_with_optimizer: false,
+                weight_offload: WeightOffload::Never,
+                gradient_offload: GradientOffload::Never,
                 activation_offload: ActivationOffload::Never,
+                per_stage_options: false,
+            },
+            Framework::Tessel => Capabilities {
+                zero_stages: &[0, 1, 2, 3],
+                zero_stages_with_pipeline: &[0, 1, 2, 3],
+                interleave: true,
+                context_parallel: true,
+                zero0_with_model_parallelism: true,
+                tp_without_sequence_parallel: true,
+                expert_folding: false,
+                partial_recompute: PartialRecompute::FirstLayersOfStage,
+                recompute_modules: RecomputeModules::CORE_ATTN,
+                optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 0 },
+                weight_offload: WeightOffload::AnyFraction,
+                gradient_offload: GradientOffload::AnyFraction,
+                activation_offload: ActivationOffload::AnyFraction,
+                per_stage_options: true,
             },
         }
     }
@@ -189,67 +267,86 @@ impl Framework {
             Framework::MegatronFsdp => "Megatron-FSDP",
             Framework::Deepspeed => "DeepSpeed",
             Framework::Fsdp => "torchtitan",
+            Framework::Tessel => "Tessel's runtime",
         }
     }
 
     /// Why this framework cannot run the parallel layout (degrees, ZeRO stage, interleaving,
-    /// sequence parallelism) of `strategy`, one line per reason; empty when it can.
-    pub fn layout_limits(self, strategy: &Strategy) -> Vec<String> {
+    /// sequence parallelism) of `strategy`, one limit per reason; empty when it can.
+    pub fn layout_limits(self, strategy: &Strategy) -> Vec<Limit> {
         let can = self.capabilities();
         let name = self.software();
-        let mut reasons = Vec::new();
+        let mut limits = Vec::new();
         let stages = if strategy.pp > 1 {
             can.zero_stages_with_pipeline
         } else {
             can.zero_stages
         };
         if strategy.pp > 1 && can.zero_stages_with_pipeline.is_empty() {
-            reasons.push(format!(
-                "pp = {}: {name} has no pipeline parallelism",
-                strategy.pp
+            limits.push(Limit::new(
+                "pp",
+                format!("pp = {}: {name} has no pipeline parallelism", strategy.pp),
             ));
         } else if !stages.contains(&strategy.zero) {
             let with = if strategy.pp > 1 { " with pp > 1" } else { "" };
-            reasons.push(format!(
-                "zero = {}: {name} runs ZeRO stages {stages:?}{with}{}",
-                strategy.zero,
-                self.zero_hint(strategy.zero)
+            limits.push(Limit::new(
+                "zero",
+                format!(
+                    "zero = {}: {name} runs ZeRO stages {stages:?}{with}{}",
+                    strategy.zero,
+                    self.zero_hint(strategy.zero)
+                ),
             ));
         }
         let model_parallel =
             strategy.tp > 1 || strategy.pp > 1 || strategy.cp > 1 || strategy.ep > 1;
         if strategy.zero == 0 && model_parallel && !can.zero0_with_model_parallelism {
-            reasons.push(format!(
-                "zero = 0: {name} runs unsharded data parallelism (DDP) only as the sole \
-                 parallelism; use zero = 2 or 3"
+            limits.push(Limit::new(
+                "zero",
+                format!(
+                    "zero = 0: {name} runs unsharded data parallelism (DDP) only as the sole \
+                     parallelism; use zero = 2 or 3"
+                ),
             ));
         }
         if strategy.interleave > 1 && !can.interleave {
-            reasons.push(format!(
-                "interleave = {}: {name} has no interleaved pipeline schedule",
-                strategy.interleave
+            limits.push(Limit::new(
+                "interleave",
+                format!(
+                    "interleave = {}: {name} has no interleaved pipeline schedule",
+                    strategy.interleave
+                ),
             ));
         }
         if strategy.cp > 1 && !can.context_parallel {
-            reasons.push(format!(
-                "cp = {}: {name} has no ring-attention context parallelism",
-                strategy.cp
+            limits.push(Limit::new(
+                "cp",
+                format!(
+                    "cp = {}: {name} has no ring-attention context parallelism",
+                    strategy.cp
+                ),
             ));
         }
         if strategy.expert_tp() != strategy.tp && !can.expert_folding {
-            reasons.push(format!(
-                "etp = {}: {name} splits experts over tp ({}), with no folding of its own",
-                strategy.expert_tp(),
-                strategy.tp
+            limits.push(Limit::new(
+                "etp",
+                format!(
+                    "etp = {}: {name} splits experts over tp ({}), with no folding of its own",
+                    strategy.expert_tp(),
+                    strategy.tp
+                ),
             ));
         }
         if strategy.tp > 1 && !strategy.sequence_parallel && !can.tp_without_sequence_parallel {
-            reasons.push(format!(
-                "sequence_parallel = false: {name}'s tensor parallelism always shards norms along \
-                 the sequence; use sequence_parallel = true"
+            limits.push(Limit::new(
+                "sequence_parallel",
+                format!(
+                    "sequence_parallel = false: {name}'s tensor parallelism always shards norms \
+                     along the sequence; use sequence_parallel = true"
+                ),
             ));
         }
-        reasons
+        limits
     }
 
     /// Why this framework cannot run the recompute and offload of one pipeline stage of
@@ -261,10 +358,28 @@ impl Framework {
         stage_layers: u64,
         recompute: Recompute,
         offload: &Offload,
+    ) -> Vec<Limit> {
+        let mut limits: Vec<Limit> = self
+            .recompute_limits(strategy, stage_layers, recompute)
+            .into_iter()
+            .map(|reason| Limit::new("recompute", reason))
+            .collect();
+        limits.extend(
+            self.offload_limits(strategy, recompute, offload)
+                .into_iter()
+                .map(|reason| Limit::new("offload", reason)),
+        );
+        limits
+    }
+
+    fn recompute_limits(
+        self,
+        strategy: &Strategy,
+        stage_layers: u64,
+        recompute: Recompute,
     ) -> Vec<String> {
         let can = self.capabilities();
         let name = self.software();
-        let zero = strategy.zero;
         let mut reasons = Vec::new();
         if let Recompute::Partial { full_layers } = recompute {
             let v = strategy.interleave.max(1);
@@ -298,6 +413,19 @@ impl Framework {
                 }
             ));
         }
+        reasons
+    }
+
+    fn offload_limits(
+        self,
+        strategy: &Strategy,
+        recompute: Recompute,
+        offload: &Offload,
+    ) -> Vec<String> {
+        let can = self.capabilities();
+        let name = self.software();
+        let zero = strategy.zero;
+        let mut reasons = Vec::new();
         let fraction = |x: f64| x > 0.0 && x < 1.0;
         let optimizer_ok = match can.optimizer_offload {
             _ if offload.optimizer == 0.0 => true,
@@ -344,12 +472,16 @@ impl Framework {
             }
         } else {
             let weights_ok = offload.weights == 0.0
-                || (can.weight_offload_under_zero3 && zero == 3 && offload.weights == 1.0);
+                || match can.weight_offload {
+                    WeightOffload::Never => false,
+                    WeightOffload::AllUnderZero3 => zero == 3 && offload.weights == 1.0,
+                    WeightOffload::AnyFraction => true,
+                };
             if !weights_ok {
                 reasons.push(format!(
                     "offload.weights = {}: {}",
                     offload.weights,
-                    if can.weight_offload_under_zero3 {
+                    if can.weight_offload == WeightOffload::AllUnderZero3 {
                         format!("{name} keeps all weights in host memory under zero = 3, or none")
                     } else {
                         format!("{name} keeps weights on the GPU")
@@ -357,12 +489,16 @@ impl Framework {
                 ));
             }
             let gradients_ok = offload.gradients == 0.0
-                || (can.gradient_offload_with_optimizer && offload.optimizer > 0.0 && optimizer_ok);
+                || match can.gradient_offload {
+                    GradientOffload::Never => false,
+                    GradientOffload::WithOptimizer => offload.optimizer > 0.0 && optimizer_ok,
+                    GradientOffload::AnyFraction => true,
+                };
             if !gradients_ok {
                 reasons.push(format!(
                     "offload.gradients = {}: {}",
                     offload.gradients,
-                    if can.gradient_offload_with_optimizer {
+                    if can.gradient_offload == GradientOffload::WithOptimizer {
                         format!("{name} moves gradients to the host only with the optimizer state")
                     } else {
                         format!("{name} keeps gradient buffers on the GPU")
@@ -383,6 +519,9 @@ impl Framework {
                 {
                     Some("offloads only the checkpoints of whole-layer recompute")
                 }
+                ActivationOffload::OfCheckpointedLayers if offload.activations < 1.0 => {
+                    Some("offloads every checkpoint of whole-layer recompute (cpu_checkpointing) or none")
+                }
                 _ => None,
             };
             if let Some(why) = why {
@@ -396,33 +535,47 @@ impl Framework {
     }
 
     /// Everything about `strategy` for a model of `layers` layers that this framework cannot
-    /// run: its layout and each stage's recompute and offload.
-    pub fn limits(self, strategy: &Strategy, layers: u64) -> Vec<String> {
-        let mut reasons = self.layout_limits(strategy);
-        let stages = strategy.pp.max(1) as usize;
-        for stage in 0..stages {
-            let stage_layers = strategy
-                .stages
+    /// run: its layout, whether its stages differ, and each stage's recompute and offload.
+    pub fn limits(self, strategy: &Strategy, layers: u64) -> Vec<Limit> {
+        let mut limits = self.layout_limits(strategy);
+        let name = self.software();
+        if !self.capabilities().per_stage_options {
+            if let Some(stages) = &strategy.stage_recompute {
+                let each: Vec<String> = stages.iter().map(Recompute::to_string).collect();
+                limits.push(Limit::new(
+                    "recompute",
+                    format!(
+                        "recompute = [{}]: {name} applies one recompute to every pipeline stage",
+                        each.join(", ")
+                    ),
+                ));
+            }
+            if strategy.stage_offload.is_some() {
+                limits.push(Limit::new(
+                    "offload",
+                    format!("offload differs by pipeline stage: {name} applies one offload to every stage"),
+                ));
+            }
+        }
+        let pp = strategy.pp.max(1);
+        let totals = strategy
+            .stages
+            .as_ref()
+            .map(|chunks| stage_totals(chunks, pp));
+        for stage in 0..pp {
+            let stage_layers = totals
                 .as_ref()
-                .and_then(|s| s.get(stage).copied())
-                .unwrap_or_else(|| layers.div_ceil(stages as u64));
-            let recompute = strategy
-                .stage_recompute
-                .as_ref()
-                .and_then(|r| r.get(stage).copied())
-                .unwrap_or(strategy.recompute);
-            let offload = strategy
-                .stage_offload
-                .as_ref()
-                .and_then(|o| o.get(stage).copied())
-                .unwrap_or(strategy.offload);
-            for reason in self.stage_limits(strategy, stage_layers, recompute, &offload) {
-                if !reasons.contains(&reason) {
-                    reasons.push(reason);
+                .and_then(|t| t.get(stage as usize).copied())
+                .unwrap_or_else(|| layers.div_ceil(pp));
+            let recompute = strategy.recompute_of(stage);
+            let offload = strategy.offload_of(stage);
+            for limit in self.stage_limits(strategy, stage_layers, recompute, &offload) {
+                if !limits.contains(&limit) {
+                    limits.push(limit);
                 }
             }
         }
-        reasons
+        limits
     }
 
     /// Where to go for a ZeRO stage this framework does not run.
@@ -471,11 +624,14 @@ mod tests {
             .is_empty());
         let zero3 = Framework::Megatron.limits(&strategy(2, 1, 3), 32);
         assert_eq!(zero3.len(), 1);
-        assert!(zero3[0].contains("megatron_fsdp"), "{zero3:?}");
+        assert!(zero3[0].reason.contains("megatron_fsdp"), "{zero3:?}");
+        assert_eq!(zero3[0].field, "zero");
         assert!(Framework::MegatronFsdp
             .limits(&strategy(2, 1, 3), 32)
             .is_empty());
-        assert!(Framework::MegatronFsdp.limits(&strategy(2, 4, 3), 32)[0].contains("no pipeline"));
+        assert!(Framework::MegatronFsdp.limits(&strategy(2, 4, 3), 32)[0]
+            .reason
+            .contains("no pipeline"));
     }
 
     #[test]
@@ -526,5 +682,38 @@ mod tests {
         assert!(Framework::Deepspeed.limits(&s, 32).is_empty());
         s.offload.optimizer = 0.0;
         assert_eq!(Framework::Deepspeed.limits(&s, 32).len(), 1);
+    }
+
+    #[test]
+    fn only_tessels_runtime_runs_options_that_differ_by_stage() {
+        let mut s = strategy(1, 2, 1);
+        s.set_stage_options(
+            vec![Recompute::Full, Recompute::Selective],
+            vec![
+                Offload {
+                    optimizer: 1.0,
+                    ..Offload::default()
+                },
+                Offload::default(),
+            ],
+        );
+        for framework in [Framework::Megatron, Framework::Deepspeed] {
+            let fields: Vec<&str> = framework.limits(&s, 32).iter().map(|l| l.field).collect();
+            assert_eq!(fields, ["recompute", "offload"], "{framework:?}");
+        }
+        assert!(Framework::Tessel.limits(&s, 32).is_empty());
+        // Any ZeRO stage with a pipeline, any fraction of any state, partial recompute across
+        // virtual stages.
+        let mut s = strategy(2, 4, 3);
+        s.interleave = 2;
+        s.recompute = Recompute::Partial { full_layers: 3 };
+        s.offload = Offload {
+            optimizer: 0.5,
+            weights: 0.25,
+            gradients: 0.5,
+            activations: 0.5,
+        };
+        assert!(Framework::Tessel.limits(&s, 32).is_empty());
+        assert!(Framework::Megatron.limits(&s, 32).len() >= 3);
     }
 }

@@ -37,7 +37,10 @@ pub use blocks::cluster::{
 };
 pub use chunks::{empty_chunk_error, stage_chunks, stage_totals};
 pub use diagnostic::{Diagnostic, Diagnostics};
-pub use frameworks::{ActivationOffload, Capabilities, OptimizerOffload, PartialRecompute};
+pub use frameworks::{
+    ActivationOffload, Capabilities, GradientOffload, Limit, OptimizerOffload, PartialRecompute,
+    WeightOffload,
+};
 pub use model_stats::ParameterCount;
 pub use spec::*;
 

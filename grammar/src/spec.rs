@@ -201,6 +201,9 @@ pub enum Framework {
     /// PyTorch-native stacks (FSDP, torchtitan, llm-foundry): fp32 gradient reduction;
     /// pipeline stages send the whole activation.
     Fsdp,
+    /// Tessel's own runtime (`tessel launch`): Megatron-LM's layout with per-layer ZeRO
+    /// buffers, and the one framework that runs a different recompute and offload per stage.
+    Tessel,
 }
 
 impl Framework {
@@ -226,6 +229,7 @@ impl Framework {
             Framework::MegatronFsdp => "megatron_fsdp",
             Framework::Deepspeed => "deepspeed",
             Framework::Fsdp => "fsdp",
+            Framework::Tessel => "tessel",
         }
     }
 }

@@ -110,7 +110,8 @@ fn strategy_values_and_dp_default() {
         "{}strategy a {{ tp = 2; pp = 2; microbatch = 2; recompute = {{ full_layers = 1 }}
            offload = {{ optimizer = 50%, activations = 0.25 }}; zero = 2; stages = [1, 3] }}
          strategy b {{ }}",
-        base()
+        // Only Tessel's runtime runs all of `a`.
+        base().replace("global_batch = 64", "global_batch = 64, framework = tessel")
     ));
     let a = s.strategy("a").unwrap();
     assert_eq!((a.dp, a.tp, a.pp, a.cp, a.ep), (4, 2, 2, 1, 1));
@@ -633,7 +634,11 @@ fn recompute_of_named_modules() {
     // Only Megatron-Core recomputes modules other than the attention core.
     let mut fsdp = modules.strategies[0].clone();
     fsdp.zero = 3;
-    let reasons = tessel_grammar::Framework::Fsdp.limits(&fsdp, 4);
+    let reasons: Vec<String> = tessel_grammar::Framework::Fsdp
+        .limits(&fsdp, 4)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         reasons,
         vec![
@@ -680,4 +685,39 @@ fn only_end_chunks_may_hold_no_layer() {
         "`stages`: chunk 1 holds no layer; only the first chunk (the embedding alone) or the last \
          (the loss alone) may",
     );
+}
+
+#[test]
+fn a_strategy_the_framework_cannot_run_is_an_error_at_its_field() {
+    let strategy = |train: &str, s: &str| format!("{MODEL}{CLUSTER}{train}strategy s {{ {s} }}");
+    let megatron = strategy(TRAIN, "pp = 2; zero = 3");
+    let err = load_str("t.tsl", &megatron).unwrap_err();
+    let d = &err.0[0];
+    assert_eq!(
+        d.message,
+        "zero = 3: Megatron-LM runs ZeRO stages [0, 1] with pp > 1; for ZeRO-2/3 use framework = \
+         megatron_fsdp (Megatron-FSDP), fsdp or deepspeed"
+    );
+    // At the field that asks for it, with the frameworks that run the whole strategy.
+    let line = megatron.lines().count();
+    assert_eq!((d.line, d.column), (line, 29));
+    assert_eq!(
+        d.help.as_deref(),
+        Some(
+            "change the strategy, or set train.framework to `fsdp` (torchtitan) or `tessel` \
+             (Tessel's runtime), which run all of it"
+        )
+    );
+    let fsdp = TRAIN.replace("global_batch = 64", "global_batch = 64, framework = fsdp");
+    spec(&strategy(&fsdp, "pp = 2; zero = 3"));
+    // Options that differ by stage run only on Tessel's runtime.
+    assert_error(
+        &strategy(TRAIN, "pp = 2; zero = 1; recompute = [full, selective]"),
+        "recompute = [full, selective]: Megatron-LM applies one recompute to every pipeline stage",
+    );
+    let tessel = TRAIN.replace("global_batch = 64", "global_batch = 64, framework = tessel");
+    spec(&strategy(
+        &tessel,
+        "pp = 2; zero = 3; recompute = [full, selective]",
+    ));
 }

@@ -86,13 +86,22 @@ fn strategy_of(solved: &Solved) -> Strategy {
         Offload::default(),
         Some(stage_chunks(&solved.stages, solved.outer.interleave)),
     );
+    let canonical: Vec<Recompute> = solved
+        .options
+        .iter()
+        .zip(&solved.stages)
+        .map(|(option, &layers)| canonical_recompute(option.recompute, layers))
+        .collect();
+    // One recompute on every stage stays one, as frameworks without per-stage options write it
+    // (`{ full_layers = 1 }` on a stage of one layer is still the same flag everywhere).
+    let uniform = |r: &[Recompute]| r.windows(2).all(|w| w[0] == w[1]);
+    let chosen: Vec<Recompute> = solved.options.iter().map(|o| o.recompute).collect();
     strategy.set_stage_options(
-        solved
-            .options
-            .iter()
-            .zip(&solved.stages)
-            .map(|(option, &layers)| canonical_recompute(option.recompute, layers))
-            .collect(),
+        if uniform(&chosen) && !uniform(&canonical) {
+            chosen
+        } else {
+            canonical
+        },
         solved.options.iter().map(|option| option.offload).collect(),
     );
     strategy

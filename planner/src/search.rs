@@ -212,58 +212,96 @@ fn solve_inner(
             }
         }
     }
-    let cutoff = incumbent
+    let mut cutoff = incumbent
         .as_ref()
         .map_or(cutoff, |(_, split)| split.step.min(cutoff));
-    let mut points = vec![Vec::new(); refined.outer.pp as usize];
-    for (k, option) in refined.options.iter().enumerate() {
-        add_option_points(&mut probe, k, option, &refined.mixed, cutoff, &mut points);
-    }
-    let Some(problem) = inner_problem(probe.shape, spec.model.layers, points) else {
-        return InnerOutcome {
-            solved: None,
-            evaluations: probe.evaluations,
-            milp: false,
-        };
-    };
-    let seed = incumbent.as_ref().and_then(|(k, split)| {
-        let points = problem
-            .stages
-            .iter()
-            .zip(&split.layers)
-            .map(|(points, &layers)| seed_point(points, layers, *k))
-            .collect::<Option<Vec<usize>>>()?;
-        Some(Incumbent { points })
-    });
-    let solved = match milp::solve(&problem, settings, seed.as_ref()) {
-        Ok(solution) => {
-            let points: Vec<StagePoint> = problem
-                .stages
-                .iter()
-                .zip(&solution.points)
-                .map(|(points, &index)| points[index])
-                .collect();
-            let costs: Vec<StageCost> = points.iter().map(|p| p.cost).collect();
-            Some(Solved {
-                step_time_s: problem.shape.step_time(&costs),
-                ranked_s: problem.shape.step_time(&costs),
-                outer: refined.outer,
-                options: points.iter().map(|p| refined.options[p.option]).collect(),
-                stages: points.iter().map(|p| p.layers).collect(),
-                costs,
-                status: solution.status,
+    // A framework that applies one recompute and offload to every stage gets one MILP per
+    // option (only the split is free); Tessel's runtime gets one over every option per stage.
+    let groups: Vec<Vec<usize>> = if spec.train.framework.capabilities().per_stage_options {
+        vec![(0..refined.options.len()).collect()]
+    } else {
+        (0..refined.options.len())
+            .filter(|&k| {
+                refined.probes[k]
+                    .lower
+                    .is_some_and(|lower| lower <= cutoff + tolerance(cutoff))
             })
-        }
-        Err(milp::MilpFailure::Infeasible) => None,
-        Err(milp::MilpFailure::Solver(_)) => even_solution(refined, spec).map(|s| Solved {
-            status: SolverStatus::EvenSplit,
-            ..s
-        }),
+            .map(|k| vec![k])
+            .collect()
     };
+    let mut best: Option<Solved> = None;
+    let mut milp_solved = false;
+    for group in groups {
+        let mut points = vec![Vec::new(); refined.outer.pp as usize];
+        for &k in &group {
+            let bounds = match group.len() {
+                1 => &refined.probes[k],
+                _ => &refined.mixed,
+            };
+            add_option_points(
+                &mut probe,
+                k,
+                &refined.options[k],
+                bounds,
+                cutoff,
+                &mut points,
+            );
+        }
+        let Some(problem) = inner_problem(probe.shape, spec.model.layers, points) else {
+            continue;
+        };
+        milp_solved = true;
+        let seed = incumbent
+            .as_ref()
+            .filter(|(k, _)| group.contains(k))
+            .and_then(|(k, split)| {
+                let points = problem
+                    .stages
+                    .iter()
+                    .zip(&split.layers)
+                    .map(|(points, &layers)| seed_point(points, layers, *k))
+                    .collect::<Option<Vec<usize>>>()?;
+                Some(Incumbent { points })
+            });
+        let solved = match milp::solve(&problem, settings, seed.as_ref()) {
+            Ok(solution) => {
+                let points: Vec<StagePoint> = problem
+                    .stages
+                    .iter()
+                    .zip(&solution.points)
+                    .map(|(points, &index)| points[index])
+                    .collect();
+                let costs: Vec<StageCost> = points.iter().map(|p| p.cost).collect();
+                Some(Solved {
+                    step_time_s: problem.shape.step_time(&costs),
+                    ranked_s: problem.shape.step_time(&costs),
+                    outer: refined.outer,
+                    options: points.iter().map(|p| refined.options[p.option]).collect(),
+                    stages: points.iter().map(|p| p.layers).collect(),
+                    costs,
+                    status: solution.status,
+                })
+            }
+            Err(milp::MilpFailure::Infeasible) => None,
+            Err(milp::MilpFailure::Solver(_)) => even_solution(refined, spec).map(|s| Solved {
+                status: SolverStatus::EvenSplit,
+                ..s
+            }),
+        };
+        if let Some(solved) = solved.filter(|s| s.step_time_s <= cutoff + tolerance(cutoff)) {
+            cutoff = cutoff.min(solved.step_time_s);
+            if best
+                .as_ref()
+                .is_none_or(|b| total_order(&solved, b).is_lt())
+            {
+                best = Some(solved);
+            }
+        }
+    }
     InnerOutcome {
-        solved: solved.filter(|s| s.step_time_s <= cutoff + tolerance(cutoff)),
+        solved: best,
         evaluations: probe.evaluations,
-        milp: true,
+        milp: milp_solved,
     }
 }
 

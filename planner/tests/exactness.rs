@@ -1,11 +1,12 @@
 //! The search's optimum equals brute force over the same space on many small generated
-//! instances: every outer configuration, every split of the layers, every option on every stage.
+//! instances: every outer configuration, every split of the layers, every option on every stage
+//! (one option for all stages where the framework applies one).
 
 mod common;
 
 use common::synthetic_model::SyntheticModel;
 use common::*;
-use tessel_grammar::{Choice, MlpKind, Offload, Recompute, Spec};
+use tessel_grammar::{Choice, Framework, MlpKind, Offload, Recompute, Spec};
 use tessel_planner::{
     outer_configs, plan, stage_options, OuterConfig, PlanError, PlanOptions, StageCostModel,
 };
@@ -59,6 +60,11 @@ fn instance(seed: u64) -> Spec {
     // Small models rarely need a pipeline; most instances insist on one so that the MILP decides.
     if !rng.next().is_multiple_of(4) {
         spec.search.pp = Choice::Values(vec![2, 3, 4]);
+    }
+    // Half the instances may choose options per stage (Tessel's runtime), half one option for
+    // every stage (Megatron-LM).
+    if seed.is_multiple_of(2) {
+        spec.train.framework = Framework::Tessel;
     }
     if rng.next().is_multiple_of(2) {
         spec.search.recompute = Choice::Values(vec![
@@ -151,6 +157,28 @@ fn brute_force(spec: &Spec, model: &SyntheticModel) -> Vec<(f64, OuterConfig)> {
                     pareto(fitting)
                 })
                 .collect();
+            if !spec.train.framework.capabilities().per_stage_options {
+                // One option on every stage: no Pareto pruning across options.
+                for o in &options {
+                    let costs: Vec<StageCost> = split
+                        .iter()
+                        .enumerate()
+                        .map(|(stage, &layers)| {
+                            model.stage_cost(
+                                &strategy,
+                                stage as u64,
+                                layers,
+                                o.recompute,
+                                o.offload,
+                            )
+                        })
+                        .collect();
+                    if costs.iter().all(|c| c.memory.total() <= capacity) {
+                        outer_best = outer_best.min(shape.step_time(&costs));
+                    }
+                }
+                continue;
+            }
             let mut choice = vec![0; per_stage.len()];
             'combinations: loop {
                 if per_stage.iter().any(Vec::is_empty) {
@@ -237,6 +265,11 @@ fn search_matches_brute_force_on_generated_instances() {
                     .iter()
                     .any(|s| s.recompute != first.recompute || s.offload != first.offload)
                 {
+                    assert!(
+                        spec.train.framework.capabilities().per_stage_options,
+                        "seed {seed}: options differ by stage under {:?}",
+                        spec.train.framework
+                    );
                     mixed += 1;
                 }
                 let layers: Vec<u64> = plan.stages.iter().map(|s| s.layers).collect();

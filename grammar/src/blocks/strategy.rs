@@ -5,7 +5,7 @@ use crate::eval::{Spanned, Value};
 use crate::fields::{to_count, Fields};
 use crate::source::Span;
 use crate::spec::{
-    ClusterSpec, ModelSpec, Offload, Recompute, RecomputeModules, Strategy, TrainSpec,
+    ClusterSpec, Framework, ModelSpec, Offload, Recompute, RecomputeModules, Strategy, TrainSpec,
 };
 use crate::suggest;
 
@@ -335,6 +335,9 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
     if problems.is_empty() {
         check_fit(&strategy, context, &at, &mut problems);
     }
+    if problems.is_empty() {
+        check_framework(&strategy, context, &at, &mut problems);
+    }
     let ok = problems.is_empty();
     f.problems.extend(problems);
     ok.then_some(strategy)
@@ -541,5 +544,40 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
             at("cp"),
             format!("`cp` ({}) must divide `seq_len` ({})", s.cp, t.seq_len),
         ));
+    }
+}
+
+/// What `train.framework` cannot run, each at the field that asks for it, with the frameworks
+/// that run the whole strategy.
+fn check_framework(
+    s: &Strategy,
+    c: &Context,
+    at: &dyn Fn(&str) -> Span,
+    problems: &mut Vec<Problem>,
+) {
+    let framework = c.train.framework;
+    let limits = framework.limits(s, c.model.layers);
+    if limits.is_empty() {
+        return;
+    }
+    let others: Vec<String> = Framework::ALL
+        .into_iter()
+        .filter(|&f| f != framework && f.limits(s, c.model.layers).is_empty())
+        .map(|f| format!("`{}` ({})", f.name(), f.software()))
+        .collect();
+    let help = if others.is_empty() {
+        format!(
+            "change the strategy; no framework runs all of it (train.framework is `{}`)",
+            framework.name()
+        )
+    } else {
+        format!(
+            "change the strategy, or set train.framework to {}, which run{} all of it",
+            others.join(" or "),
+            if others.len() == 1 { "s" } else { "" }
+        )
+    };
+    for limit in limits {
+        problems.push(Problem::new(at(limit.field), limit.reason).with_help(help.clone()));
     }
 }

@@ -40,6 +40,7 @@ pub const FRAMEWORKS: &[(&str, Framework)] = &[
     ("megatron_fsdp", Framework::MegatronFsdp),
     ("deepspeed", Framework::Deepspeed),
     ("fsdp", Framework::Fsdp),
+    ("tessel", Framework::Tessel),
 ];
 
 pub const FP8_SCALINGS: &[(&str, Fp8Scaling)] = &[

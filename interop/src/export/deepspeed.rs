@@ -154,29 +154,30 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     }
 }
 
-/// Parallel degrees and training settings that live outside ds_config.
+/// Parallel degrees and training settings that live outside ds_config: notes of what to set in
+/// the launcher or the model code, and what DeepSpeed cannot run.
 fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
     if spec.train.compile {
-        report.unsupported(
+        report.note(
             "compile = true: torch.compile is applied in the training script (the engine's \
              compile()), not in ds_config",
         );
     }
     if strategy.tp > 1 {
-        report.unsupported(format!(
+        report.note(format!(
             "tp = {}: tensor parallelism is not part of ds_config; set it with Megatron-DeepSpeed \
              (--tensor-model-parallel-size {}) or, for Hugging Face models, DeepSpeed's AutoTP",
             strategy.tp, strategy.tp
         ));
     }
     if strategy.sequence_parallel && strategy.tp > 1 {
-        report.unsupported(
+        report.note(
             "sequence_parallel: a Megatron-DeepSpeed flag (--sequence-parallel), not part of \
              ds_config",
         );
     }
     if strategy.pp > 1 {
-        report.unsupported(format!(
+        report.note(format!(
             "pp = {}: pipeline stages come from the model code (deepspeed.pipe.PipelineModule \
              with num_stages = {}); gradient_accumulation_steps is then the number of pipeline \
              micro-batches",
@@ -197,7 +198,7 @@ fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
             ));
         }
         if strategy.stages.is_some() {
-            report.unsupported("stages: set the split in code (PipelineModule partition_method)");
+            report.note("stages: set the split in code (PipelineModule partition_method)");
         }
     }
     if strategy.cp > 1 {
@@ -209,7 +210,7 @@ fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
         ));
     }
     if strategy.ep > 1 && spec.model.moe.is_some() {
-        report.unsupported(format!(
+        report.note(format!(
             "ep = {}: expert parallelism is set in code (deepspeed.moe.layer.MoE(ep_size = {}))",
             strategy.ep, strategy.ep
         ));
@@ -321,10 +322,10 @@ fn checkpointing_section(
             return None;
         }
         Recompute::Selective => {
-            report.unsupported(
-                "recompute = selective: a Megatron-DeepSpeed flag (--recompute-granularity \
-                 selective); ds_config's activation_checkpointing configures whole-layer \
-                 checkpoints",
+            report.note(
+                "recompute = selective: pass --recompute-granularity selective to \
+                 Megatron-DeepSpeed; ds_config's activation_checkpointing configures whole-layer \
+                 checkpoints only",
             );
             if offload_activations {
                 report.unsupported(

@@ -442,7 +442,20 @@ fn recompute_flags(strategy: &Strategy, flags: &mut Flags, report: &mut Report) 
 
 fn offload_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &mut Report) {
     let offload = strategy.offload;
-    if offload.optimizer > 0.0 {
+    if offload.optimizer > 0.0 && spec.train.framework == Framework::MegatronFsdp {
+        report.unsupported(format!(
+            "offload.optimizer = {}: Megatron-FSDP keeps optimizer state on the GPU",
+            offload.optimizer
+        ));
+    } else if offload.optimizer > 0.0 {
+        if strategy.zero == 0 {
+            report.unsupported(format!(
+                "offload.optimizer = {} with zero = 0: Megatron-LM offloads optimizer state only \
+                 with its distributed optimizer; written with --use-distributed-optimizer",
+                offload.optimizer
+            ));
+            flags.switch("--use-distributed-optimizer");
+        }
         flags.switch("--optimizer-cpu-offload");
         flags.value("--optimizer-offload-fraction", offload.optimizer);
         // Megatron-LM runs the CPU optimizer through the precision-aware optimizer path.

@@ -16,7 +16,7 @@ mod torchtitan;
 use std::fmt;
 use std::str::FromStr;
 
-use tessel_grammar::{Recompute, Spec, Strategy};
+use tessel_grammar::{Framework, Recompute, Spec, Strategy};
 
 /// The frameworks `tessel export` writes for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,6 +35,19 @@ impl ExportTarget {
         ExportTarget::Torchtitan,
         ExportTarget::Deepspeed,
     ];
+
+    /// The framework whose row of the capability table this target writes for: the spec's own
+    /// when it is one this target launches (Megatron-FSDP through Megatron-LM's script).
+    pub fn framework(self, spec: &Spec) -> Framework {
+        match self {
+            ExportTarget::Megatron if spec.train.framework == Framework::MegatronFsdp => {
+                Framework::MegatronFsdp
+            }
+            ExportTarget::Megatron => Framework::Megatron,
+            ExportTarget::Torchtitan => Framework::Fsdp,
+            ExportTarget::Deepspeed => Framework::Deepspeed,
+        }
+    }
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -243,6 +256,7 @@ pub(crate) fn zero_stage(strategy: &Strategy) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessel_grammar::Offload;
 
     #[test]
     fn target_names_round_trip() {
@@ -254,6 +268,97 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown export target `nemo`; expected one of: megatron, torchtitan, deepspeed"
+        );
+    }
+
+    /// The exporters and the capability table agree: a strategy of a model every target can
+    /// build exports with no "not expressible" line exactly when the target's framework runs it.
+    #[test]
+    fn exporters_flag_exactly_what_the_table_rules_out() {
+        let spec = test_spec::llama_like(8);
+        let recomputes = [
+            Recompute::None,
+            Recompute::Selective,
+            Recompute::Full,
+            Recompute::Partial { full_layers: 1 },
+            Recompute::Partial { full_layers: 2 },
+        ];
+        let offloads = [
+            Offload::default(),
+            Offload {
+                optimizer: 1.0,
+                ..Offload::default()
+            },
+            Offload {
+                optimizer: 0.5,
+                ..Offload::default()
+            },
+            Offload {
+                optimizer: 1.0,
+                weights: 1.0,
+                gradients: 1.0,
+                activations: 0.0,
+            },
+            Offload {
+                optimizer: 1.0,
+                gradients: 1.0,
+                ..Offload::default()
+            },
+            Offload {
+                activations: 0.5,
+                ..Offload::default()
+            },
+        ];
+        let mut disagreements = Vec::new();
+        let mut checked = 0;
+        for (tp, pp, cp) in [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2)] {
+            for interleave in [1, 2] {
+                for zero in 0..=3 {
+                    for sequence_parallel in [false, true] {
+                        for recompute in recomputes {
+                            for offload in offloads {
+                                if (interleave > 1 && pp == 1) || (sequence_parallel && tp == 1) {
+                                    continue;
+                                }
+                                let strategy = Strategy {
+                                    name: "s".into(),
+                                    dp: 8 / (tp * pp * cp),
+                                    tp,
+                                    pp,
+                                    cp,
+                                    interleave,
+                                    zero,
+                                    sequence_parallel,
+                                    recompute,
+                                    offload,
+                                    ..Strategy::default()
+                                };
+                                for target in ExportTarget::ALL {
+                                    let limits = target.framework(&spec).limits(&strategy, 8);
+                                    let out = export(&spec, &strategy, target);
+                                    checked += 1;
+                                    if limits.is_empty() != out.unsupported.is_empty() {
+                                        disagreements.push(format!(
+                                            "{target} tp{tp} pp{pp} cp{cp} v{interleave} z{zero} \
+                                             sp{sequence_parallel} {recompute} {offload:?}: \
+                                             table {:?}, export {:?}",
+                                            limits.iter().map(|l| &l.reason).collect::<Vec<_>>(),
+                                            out.unsupported
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 1000);
+        assert!(
+            disagreements.is_empty(),
+            "{} of {checked} disagree:\n{}",
+            disagreements.len(),
+            disagreements[..disagreements.len().min(40)].join("\n")
         );
     }
 }

@@ -109,7 +109,7 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
         None => {
             doc.str("model", "flavor", m.name.clone());
             if m.moe.is_some() {
-                report.unsupported(format!(
+                report.note(format!(
                     "model shape: torchtitan builds models from flavors registered in code; its \
                      MoE model (deepseek_v3) uses multi-head latent attention, so `{}` needs a \
                      flavor (or model) registered with dim {}, {} layers, {} heads, {} experts of \
@@ -123,7 +123,7 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
                     m.moe.as_ref().map_or(0, |e| e.top_k)
                 ));
             } else if llama_shaped {
-                report.unsupported(format!(
+                report.note(format!(
                     "model shape: torchtitan builds models from flavors registered in code; \
                      register flavor `{}` in torchtitan/models/llama3 with dim {}, n_layers {}, \
                      n_heads {}, n_kv_heads {}, vocab_size {} and ffn_dim_multiplier/multiple_of \
@@ -131,7 +131,7 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
                     m.name, m.hidden, m.layers, m.heads, m.kv_heads, m.vocab, m.ffn_hidden
                 ));
             } else {
-                report.unsupported(format!(
+                report.note(format!(
                     "model shape: torchtitan's llama3 model is SwiGLU, RMSNorm, RoPE, without \
                      biases; `{}` ({}, {}, {} positions, bias = {}) needs a model definition of \
                      its own",
@@ -337,13 +337,14 @@ fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &m
     let (per_stage, first_less, last_less) = match stages(spec, strategy, report) {
         Stages::Even { per_chunk } => (per_chunk, 0, 0),
         Stages::Uneven { chunks } => {
-            let split = stage_totals(&chunks, pp);
-            let widest = split.iter().copied().max().unwrap_or(1);
-            let middle = &split[1..split.len() - 1];
-            let middle_equal = middle.iter().all(|&n| n == widest);
-            if v == 1 && middle_equal {
-                (widest, widest - split[0], widest - split[split.len() - 1])
+            // torchtitan's virtual stages hold `layers_per_stage` each, the first and the last
+            // fewer by their "less" keys.
+            let widest = chunks.iter().copied().max().unwrap_or(1);
+            let last = chunks.len() - 1;
+            if chunks[1..last].iter().all(|&n| n == widest) {
+                (widest, widest - chunks[0], widest - chunks[last])
             } else {
+                let split = stage_totals(&chunks, pp);
                 let per_chunk = spec.model.layers.div_ceil(pp.saturating_mul(v));
                 report.unsupported(format!(
                     "stages = {split:?}{}: torchtitan makes only the first and last virtual \
@@ -419,6 +420,13 @@ fn training_section(
                  together; written as enabled (all of them offloaded, more host traffic than \
                  planned)",
                 offload.optimizer, offload.weights, offload.gradients
+            ));
+        }
+        if zero_stage(strategy) != 3 {
+            report.unsupported(format!(
+                "offload with zero = {}: torchtitan's enable_cpu_offload is FSDP2's offload of \
+                 fully sharded (ZeRO-3) state; written as enabled",
+                strategy.zero
             ));
         }
         if shard_degree == 1 {

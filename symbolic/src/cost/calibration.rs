@@ -154,12 +154,14 @@ impl KernelEfficiency {
     /// it cannot be told apart from the GPU's fractions.
     pub fn for_framework(self, framework: Framework, cal: &Calibration) -> KernelEfficiency {
         let factor = match framework {
-            Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => 1.0,
+            Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => {
+                1.0
+            }
             Framework::Deepspeed => cal.deepspeed_kernels,
         };
         let attention = match framework {
             Framework::Megatron | Framework::MegatronFsdp => self.native_attention,
-            Framework::Deepspeed | Framework::Fsdp => self.attention,
+            Framework::Deepspeed | Framework::Fsdp | Framework::Tessel => self.attention,
         };
         KernelEfficiency {
             matmul: self.matmul * factor,

@@ -101,7 +101,7 @@ pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
             (activation / ctx.t.clone(), 2.0, ctx.cal.pp_exposed)
         }
         Framework::Deepspeed => (activation / ctx.replicated_divisor(), 4.0, 1.0),
-        Framework::Fsdp => (
+        Framework::Fsdp | Framework::Tessel => (
             activation / ctx.replicated_divisor(),
             2.0,
             ctx.cal.pp_exposed,
@@ -131,7 +131,7 @@ fn dp_calls(ctx: &Ctx, params: Expr, overlapped: bool) -> Expr {
         }
         Framework::Megatron => k(1.0),
         Framework::Deepspeed => Expr::max([(params / DEEPSPEED_BUCKET_ELEMENTS).ceil(), k(1.0)]),
-        Framework::MegatronFsdp | Framework::Fsdp => ctx.layers.clone() + 1.0,
+        Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => ctx.layers.clone() + 1.0,
     }
 }
 
@@ -201,7 +201,7 @@ fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
             };
             4.0 * per_linear + 2.0 * per_norm
         }
-        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => 1.0,
+        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => 1.0,
     }
 }
 
@@ -232,7 +232,7 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
             buckets.clone() * ctx.gather(params * ctx.bytes.gradient / buckets, &ring)
                 / Expr::max([ctx.layers.clone(), k(1.0)])
         }
-        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => {
+        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => {
             ctx.gather(layer * ctx.bytes.gradient, &ring)
         }
     });

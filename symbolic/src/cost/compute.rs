@@ -154,7 +154,10 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
                     mlp_gemms(ctx, per_expert, local, moe.expert_ffn, et.clone()),
                     k(0.0),
                 ),
-                Framework::Megatron | Framework::MegatronFsdp | Framework::Deepspeed => {
+                Framework::Megatron
+                | Framework::MegatronFsdp
+                | Framework::Deepspeed
+                | Framework::Tessel => {
                     let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn, et.clone());
                     let looped = Matmul {
                         forward: one.forward * local.clone(),

@@ -258,7 +258,9 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     // its backward; Megatron-LM frees the output's storage once it is sent.
     let sent_output = match ctx.framework {
         Framework::Deepspeed => k(1.0) - ctx.is_last(),
-        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp => k(0.0),
+        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => {
+            k(0.0)
+        }
     };
     let per_microbatch = (ctx.layers.clone() - ctx.full.clone()) * kept
         + ctx.full.clone() * checkpoint

@@ -188,7 +188,7 @@ fn mechanisms(traits: &RunTraits) -> Vec<(String, Shares)> {
     ));
     let framework = traits.framework;
     found.push((
-        format!("{} runs", framework.software()),
+        format!("{} as the framework", framework.software()),
         Box::new(move |t| t.framework == framework),
     ));
     if traits.moe {
