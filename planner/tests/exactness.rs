@@ -9,6 +9,7 @@ use common::*;
 use tessel_grammar::{Choice, Framework, MlpKind, Offload, Recompute, Spec};
 use tessel_planner::{
     outer_configs, plan, stage_options, OuterConfig, PlanError, PlanOptions, StageCostModel,
+    StageOption,
 };
 use tessel_symbolic::cost::StageCost;
 
@@ -136,42 +137,17 @@ fn brute_force(spec: &Spec, model: &SyntheticModel) -> Vec<(f64, OuterConfig)> {
         let strategy = outer.strategy("brute", Recompute::None, Offload::default(), None);
         let shape = model.pipeline_shape(&strategy);
         let mut outer_best = f64::INFINITY;
+        let cost = |stage: usize, layers: u64, o: &StageOption| {
+            model.stage_cost(&strategy, stage as u64, layers, o.recompute, o.offload)
+        };
         for split in splits(spec.model.layers, outer.pp, least) {
-            let per_stage: Vec<Vec<StageCost>> = split
-                .iter()
-                .enumerate()
-                .map(|(stage, &layers)| {
-                    let fitting = options
-                        .iter()
-                        .map(|o| {
-                            model.stage_cost(
-                                &strategy,
-                                stage as u64,
-                                layers,
-                                o.recompute,
-                                o.offload,
-                            )
-                        })
-                        .filter(|c| c.memory.total() <= capacity)
-                        .collect();
-                    pareto(fitting)
-                })
-                .collect();
             if !spec.train.framework.capabilities().per_stage_options {
                 // One option on every stage: no Pareto pruning across options.
                 for o in &options {
                     let costs: Vec<StageCost> = split
                         .iter()
                         .enumerate()
-                        .map(|(stage, &layers)| {
-                            model.stage_cost(
-                                &strategy,
-                                stage as u64,
-                                layers,
-                                o.recompute,
-                                o.offload,
-                            )
-                        })
+                        .map(|(stage, &layers)| cost(stage, layers, o))
                         .collect();
                     if costs.iter().all(|c| c.memory.total() <= capacity) {
                         outer_best = outer_best.min(shape.step_time(&costs));
@@ -179,6 +155,18 @@ fn brute_force(spec: &Spec, model: &SyntheticModel) -> Vec<(f64, OuterConfig)> {
                 }
                 continue;
             }
+            let per_stage: Vec<Vec<StageCost>> = split
+                .iter()
+                .enumerate()
+                .map(|(stage, &layers)| {
+                    let fitting = options
+                        .iter()
+                        .map(|o| cost(stage, layers, o))
+                        .filter(|c| c.memory.total() <= capacity)
+                        .collect();
+                    pareto(fitting)
+                })
+                .collect();
             let mut choice = vec![0; per_stage.len()];
             'combinations: loop {
                 if per_stage.iter().any(Vec::is_empty) {
