@@ -193,14 +193,17 @@ fn solve_inner(
     }
     let mut probe = OuterProbe::new(spec, model, refined.outer);
     let tolerance = |cutoff: f64| cutoff.abs() * 1e-9;
+    // Whether option `k` on every stage can still beat `cutoff` by its own bound.
+    let alive = |k: usize, cutoff: f64| {
+        refined.probes[k]
+            .lower
+            .is_some_and(|lower| lower <= cutoff + tolerance(cutoff))
+    };
     // The best split with one option everywhere seeds the solver and tightens the cutoff; only
     // options whose own bound can beat the cutoff are worth the local search.
     let mut incumbent: Option<(usize, Split)> = None;
     for (k, option) in refined.options.iter().enumerate() {
-        let alive = refined.probes[k]
-            .lower
-            .is_some_and(|lower| lower <= cutoff + tolerance(cutoff));
-        if !alive {
+        if !alive(k, cutoff) {
             continue;
         }
         if let Some(split) = improve_even_split(&mut probe, option, &refined.probes[k].even) {
@@ -221,11 +224,7 @@ fn solve_inner(
         vec![(0..refined.options.len()).collect()]
     } else {
         (0..refined.options.len())
-            .filter(|&k| {
-                refined.probes[k]
-                    .lower
-                    .is_some_and(|lower| lower <= cutoff + tolerance(cutoff))
-            })
+            .filter(|&k| alive(k, cutoff))
             .map(|k| vec![k])
             .collect()
     };
@@ -272,9 +271,10 @@ fn solve_inner(
                     .map(|(points, &index)| points[index])
                     .collect();
                 let costs: Vec<StageCost> = points.iter().map(|p| p.cost).collect();
+                let step_time_s = problem.shape.step_time(&costs);
                 Some(Solved {
-                    step_time_s: problem.shape.step_time(&costs),
-                    ranked_s: problem.shape.step_time(&costs),
+                    step_time_s,
+                    ranked_s: step_time_s,
                     outer: refined.outer,
                     options: points.iter().map(|p| refined.options[p.option]).collect(),
                     stages: points.iter().map(|p| p.layers).collect(),

@@ -35,14 +35,6 @@ pub const PRECISIONS: &[(&str, Precision)] = &[
 
 const OPTIMIZERS: &[(&str, Optimizer)] = &[("adam", Optimizer::Adam), ("sgd", Optimizer::Sgd)];
 
-pub const FRAMEWORKS: &[(&str, Framework)] = &[
-    ("megatron", Framework::Megatron),
-    ("megatron_fsdp", Framework::MegatronFsdp),
-    ("deepspeed", Framework::Deepspeed),
-    ("fsdp", Framework::Fsdp),
-    ("tessel", Framework::Tessel),
-];
-
 pub const FP8_SCALINGS: &[(&str, Fp8Scaling)] = &[
     ("delayed", Fp8Scaling::Delayed),
     ("tensorwise", Fp8Scaling::Tensorwise),
@@ -77,7 +69,8 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let optimizer = f.choice("optimizer", OPTIMIZERS).unwrap_or(Optimizer::Adam);
     let flash_attention = f.boolean("flash_attention").unwrap_or(true);
     let dropout = f.fraction("dropout").unwrap_or(0.0);
-    let framework = f.choice("framework", FRAMEWORKS).unwrap_or_default();
+    let frameworks = Framework::ALL.map(|framework| (framework.name(), framework));
+    let framework = f.choice("framework", &frameworks).unwrap_or_default();
     let fp8_scaling = f.choice("fp8_scaling", FP8_SCALINGS);
     let fused_cross_entropy = f.boolean("fused_cross_entropy");
     let compile = f.boolean("compile").unwrap_or(false);
