@@ -516,6 +516,44 @@ fn torchtitan_zero_mapping() {
     assert!(out.unsupported.iter().any(|u| u.starts_with("zero = 1:")));
 }
 
+#[test]
+fn torchtitan_writes_any_split_module_by_module() {
+    // Middle stages of unequal size, and an embedding-only first chunk: beyond the two
+    // `*_less_layers` keys, so each virtual stage's modules are listed.
+    let mut spec = llama405b_uneven();
+    let mut stages = vec![0, 9];
+    stages.extend([8; 13]);
+    stages.push(13);
+    assert_eq!(stages.iter().sum::<u64>(), 126);
+    spec.strategies[0].stages = Some(stages);
+    let out = run(&spec, ExportTarget::Torchtitan);
+    assert!(
+        !out.unsupported.iter().any(|u| u.contains("stages")),
+        "{:?}",
+        out.unsupported
+    );
+    let doc: toml_edit::DocumentMut = out.text.parse().unwrap();
+    let parts = doc["parallelism"]["module_fqns_per_model_part"]
+        .as_array()
+        .expect("module_fqns_per_model_part is an array");
+    let modules: Vec<Vec<&str>> = parts
+        .iter()
+        .map(|part| {
+            let part = part.as_array().unwrap();
+            part.iter().map(|m| m.as_str().unwrap()).collect()
+        })
+        .collect();
+    assert_eq!(modules.len(), 16);
+    assert_eq!(modules[0], ["tok_embeddings"]);
+    assert_eq!(modules[1].first(), Some(&"layers.0"));
+    assert_eq!(modules[1].len(), 9);
+    assert_eq!(modules[15].len(), 13 + 2);
+    assert_eq!(modules[15][12..], ["layers.125", "norm", "output"]);
+    assert!(doc["parallelism"]
+        .get("pipeline_parallel_layers_per_stage")
+        .is_none());
+}
+
 /// Every dotted path to a leaf of a JSON value.
 fn json_paths(value: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
     match value {

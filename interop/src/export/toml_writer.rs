@@ -7,6 +7,8 @@ pub(crate) enum TomlValue {
     Int(u64),
     Bool(bool),
     StrList(Vec<String>),
+    /// A list of string lists, one inner list per line.
+    StrLists(Vec<Vec<String>>),
 }
 
 impl TomlValue {
@@ -15,12 +17,22 @@ impl TomlValue {
             TomlValue::Str(s) => quote(s),
             TomlValue::Int(n) => n.to_string(),
             TomlValue::Bool(b) => b.to_string(),
-            TomlValue::StrList(items) => {
-                let quoted: Vec<String> = items.iter().map(|s| quote(s)).collect();
-                format!("[{}]", quoted.join(", "))
+            TomlValue::StrList(items) => list(items),
+            TomlValue::StrLists(lists) => {
+                let lines: Vec<String> = lists
+                    .iter()
+                    .map(|items| format!("    {},\n", list(items)))
+                    .collect();
+                format!("[\n{}]", lines.concat())
             }
         }
     }
+}
+
+/// A one-line TOML array of strings.
+fn list(items: &[String]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| quote(s)).collect();
+    format!("[{}]", quoted.join(", "))
 }
 
 /// A TOML basic string.
@@ -130,6 +142,17 @@ mod tests {
         doc.bool("c", "x", true);
         doc.bool("a", "y", false);
         assert_eq!(doc.render(), "[a]\ny = false\n\n[c]\nx = true\n");
+    }
+
+    #[test]
+    fn lists_of_lists_take_a_line_each() {
+        let mut doc = TomlDoc::default();
+        let lists = vec![vec!["a".into()], vec!["b".into(), "c".into()]];
+        doc.set("p", "parts", TomlValue::StrLists(lists));
+        assert_eq!(
+            doc.render(),
+            "[p]\nparts = [\n    [\"a\"],\n    [\"b\", \"c\"],\n]\n"
+        );
     }
 
     #[test]

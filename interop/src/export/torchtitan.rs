@@ -9,7 +9,7 @@
 //! job config.
 
 use tessel_grammar::{
-    stage_totals, Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+    Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -333,29 +333,22 @@ fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &m
         strategy.microbatch.max(1),
     );
     // torchtitan cuts ceil((layers + first_less + last_less) / layers_per_stage) virtual
-    // stages; the two "less" keys make the end stages lighter.
+    // stages, the two "less" keys making the end stages lighter; any other split is written
+    // module by module (`module_fqns_per_model_part`, torchtitan since July 2025).
     let (per_stage, first_less, last_less) = match stages(spec, strategy, report) {
         Stages::Even { per_chunk } => (per_chunk, 0, 0),
         Stages::Uneven { chunks } => {
-            // torchtitan's virtual stages hold `layers_per_stage` each, the first and the last
-            // fewer by their "less" keys.
             let widest = chunks.iter().copied().max().unwrap_or(1);
             let last = chunks.len() - 1;
             if chunks[1..last].iter().all(|&n| n == widest) {
                 (widest, widest - chunks[0], widest - chunks[last])
             } else {
-                let split = stage_totals(&chunks, pp);
-                let per_chunk = spec.model.layers.div_ceil(pp.saturating_mul(v));
-                report.unsupported(format!(
-                    "stages = {split:?}{}: torchtitan makes only the first and last virtual \
-                     stage lighter; written as {per_chunk} layers per virtual stage",
-                    if v > 1 {
-                        format!(" with interleave = {v}")
-                    } else {
-                        String::new()
-                    }
-                ));
-                (per_chunk, 0, 0)
+                doc.set(
+                    "parallelism",
+                    "module_fqns_per_model_part",
+                    TomlValue::StrLists(modules_per_model_part(&chunks)),
+                );
+                return;
             }
         }
     };
@@ -374,6 +367,29 @@ fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &m
         "pipeline_parallel_last_stage_less_layers",
         last_less,
     );
+}
+
+/// The modules of each virtual stage, in model order, by torchtitan's names for a decoder:
+/// `tok_embeddings` on the first, `layers.i`, and `norm` and `output` on the last.
+fn modules_per_model_part(chunks: &[u64]) -> Vec<Vec<String>> {
+    let mut next_layer = 0u64;
+    let last = chunks.len() - 1;
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(index, &layers)| {
+            let mut modules = Vec::new();
+            if index == 0 {
+                modules.push("tok_embeddings".to_string());
+            }
+            modules.extend((next_layer..next_layer + layers).map(|i| format!("layers.{i}")));
+            next_layer += layers;
+            if index == last {
+                modules.extend(["norm".to_string(), "output".to_string()]);
+            }
+            modules
+        })
+        .collect()
 }
 
 fn training_section(
