@@ -321,7 +321,6 @@ fn parallelism_section(
 
 fn pipeline_keys(spec: &Spec, strategy: &Strategy, doc: &mut TomlDoc, report: &mut Report) {
     let v = strategy.interleave.max(1);
-    let pp = strategy.pp.max(1);
     doc.str(
         "parallelism",
         "pipeline_parallel_schedule",
