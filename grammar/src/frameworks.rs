@@ -23,6 +23,11 @@
 //!   optimizer state to the host together; tensor parallelism always shards norms along the
 //!   sequence; activation checkpointing is none, selective or every layer. DeepSpeed and
 //!   torchtitan recompute no module but the attention core on its own.
+//! - Hybrid sharding (`dp_shard` below `dp`: state sharded within groups, replicated across
+//!   them): Megatron-LM's `--num-distributed-optimizer-instances` (distributed optimizer,
+//!   ZeRO-1), which Megatron-FSDP also takes for its HSDP at any sharding strategy; DeepSpeed's
+//!   MiCS (`mics_shard_size`, ZeRO-3); torchtitan's `data_parallel_replicate_degree` with
+//!   `data_parallel_shard_degree` (FSDP2's HSDP).
 //! - Tessel's runtime (`tessel`, `tessel launch`, docs/RUNTIME-NOTES.md): ZeRO 0–3 with any
 //!   pipeline, interleaving and context parallelism, the first N layers of a stage recomputed,
 //!   any fraction of any state offloaded, and a different recompute and offload on every
@@ -38,7 +43,8 @@ use crate::spec::{Framework, Offload, Recompute, RecomputeModules, Strategy};
 /// One thing a framework cannot run: the `strategy` field that asks for it and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limit {
-    /// `zero`, `pp`, `interleave`, `cp`, `etp`, `sequence_parallel`, `recompute` or `offload`.
+    /// `zero`, `pp`, `interleave`, `cp`, `etp`, `dp_shard`, `sequence_parallel`, `recompute` or
+    /// `offload`.
     pub field: &'static str,
     /// `zero = 3: Megatron-LM runs ZeRO stages [0, 1]; …`
     pub reason: String,
@@ -152,6 +158,9 @@ pub struct Capabilities {
     /// ranks drawn from tp·dp·cp (Megatron-Core's MoE parallel folding,
     /// `--expert-tensor-parallel-size`).
     pub expert_folding: bool,
+    /// ZeRO stages at which it shards state over part of the data-parallel ranks and
+    /// replicates it over the rest (`dp_shard` below `dp`); empty: never.
+    pub hybrid_sharding: &'static [u8],
     /// Which `recompute = { full_layers = N }` it runs.
     pub partial_recompute: PartialRecompute,
     /// The modules it can recompute on their own (`selective` is the attention core).
@@ -185,6 +194,7 @@ impl Framework {
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
                 expert_folding: true,
+                hybrid_sharding: &[1],
                 partial_recompute: PartialRecompute::FirstLayers,
                 recompute_modules: RecomputeModules::ALL,
                 optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 1 },
@@ -201,6 +211,7 @@ impl Framework {
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
                 expert_folding: true,
+                hybrid_sharding: &[1, 2, 3],
                 partial_recompute: PartialRecompute::FirstLayers,
                 recompute_modules: RecomputeModules::ALL,
                 optimizer_offload: OptimizerOffload::Never,
@@ -217,6 +228,7 @@ impl Framework {
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
                 expert_folding: false,
+                hybrid_sharding: &[3],
                 partial_recompute: PartialRecompute::FirstLayers,
                 recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::WholeOrFractionUnderZero3,
@@ -233,6 +245,7 @@ impl Framework {
                 zero0_with_model_parallelism: false,
                 tp_without_sequence_parallel: false,
                 expert_folding: false,
+                hybrid_sharding: &[2, 3],
                 partial_recompute: PartialRecompute::EveryKthLayer,
                 recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::WithWeightsAndGradients,
@@ -249,6 +262,7 @@ impl Framework {
                 zero0_with_model_parallelism: true,
                 tp_without_sequence_parallel: true,
                 expert_folding: false,
+                hybrid_sharding: &[],
                 partial_recompute: PartialRecompute::FirstLayersOfStage,
                 recompute_modules: RecomputeModules::CORE_ATTN,
                 optimizer_offload: OptimizerOffload::AnyFraction { min_zero: 0 },
@@ -334,6 +348,24 @@ impl Framework {
                     "etp = {}: {name} splits experts over tp ({}), with no folding of its own",
                     strategy.expert_tp(),
                     strategy.tp
+                ),
+            ));
+        }
+        if strategy.shard_degree() < strategy.dp && !can.hybrid_sharding.contains(&strategy.zero) {
+            limits.push(Limit::new(
+                "dp_shard",
+                format!(
+                    "dp_shard = {}: {name} {}",
+                    strategy.shard_degree(),
+                    if can.hybrid_sharding.is_empty() {
+                        "shards ZeRO state over every data-parallel rank".to_string()
+                    } else {
+                        format!(
+                            "shards over part of the data-parallel ranks at ZeRO stages {:?} \
+                             only",
+                            can.hybrid_sharding
+                        )
+                    }
                 ),
             ));
         }
@@ -602,18 +634,9 @@ mod tests {
             dp: 8,
             tp,
             pp,
-            cp: 1,
-            ep: 1,
-            etp: None,
-            microbatch: 1,
-            interleave: 1,
-            recompute: Recompute::None,
             sequence_parallel: tp > 1,
             zero,
-            offload: Offload::default(),
-            stages: None,
-            stage_recompute: None,
-            stage_offload: None,
+            ..Strategy::default()
         }
     }
 

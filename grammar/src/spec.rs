@@ -556,6 +556,11 @@ pub struct Strategy {
     /// drawn from the `tp · cp · dp` ranks of a pipeline stage together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etp: Option<u64>,
+    /// Data-parallel ranks ZeRO shards state over when fewer than `dp` (hybrid sharding:
+    /// FSDP's HSDP, Megatron-LM's `--num-distributed-optimizer-instances`, DeepSpeed's MiCS):
+    /// `dp / dp_shard` replicas of `dp_shard`-way sharded state. `None` shards over all `dp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dp_shard: Option<u64>,
     /// Sequences per micro-batch.
     pub microbatch: u64,
     /// Virtual pipeline chunks per device (1 = plain 1F1B).
@@ -588,6 +593,7 @@ impl Default for Strategy {
             cp: 1,
             ep: 1,
             etp: None,
+            dp_shard: None,
             microbatch: 1,
             interleave: 1,
             recompute: Recompute::None,
@@ -605,6 +611,42 @@ impl Strategy {
     /// The experts' tensor-parallel degree: `etp` when written, else `tp`.
     pub fn expert_tp(&self) -> u64 {
         self.etp.unwrap_or(self.tp)
+    }
+
+    /// The ZeRO stage as messages show it: `3`, or `3 over 8 of 64 data-parallel ranks`.
+    pub fn zero_label(&self) -> String {
+        zero_label(self.zero, self.dp, self.dp_shard)
+    }
+
+    /// The data-parallel ranks ZeRO shards over: `dp_shard` when written, else `dp`.
+    pub fn shard_degree(&self) -> u64 {
+        self.dp_shard.unwrap_or(self.dp)
+    }
+
+    /// Why `dp_shard` cannot split this strategy's data parallelism, if it cannot: it divides
+    /// `dp`, shards something (`zero ≥ 1`), and holds whole expert shards (`ep·etp` divides
+    /// `dp_shard·cp·tp`, the ranks a replica's experts are drawn from).
+    pub fn hybrid_sharding_error(&self) -> Option<String> {
+        let shard = self.dp_shard?;
+        if shard == 0 || !self.dp.is_multiple_of(shard) {
+            return Some(format!("dp_shard = {shard} must divide dp = {}", self.dp));
+        }
+        if shard < self.dp && self.zero == 0 {
+            return Some(format!(
+                "dp_shard = {shard} shards ZeRO state over part of the data-parallel ranks, but                  zero = 0 shards nothing"
+            ));
+        }
+        let ranks = shard.saturating_mul(self.cp).saturating_mul(self.tp);
+        let expert_ranks = self.ep.saturating_mul(self.expert_tp());
+        (!ranks.is_multiple_of(expert_ranks)).then(|| {
+            format!(
+                "ep·etp = {}·{} must divide dp_shard·cp·tp = {shard}·{}·{} = {ranks}: a                  replica's experts come from its own ranks",
+                self.ep,
+                self.expert_tp(),
+                self.cp,
+                self.tp
+            )
+        })
     }
 
     /// Why the experts cannot be laid out as written on `model`, if they cannot: `ep` must
@@ -691,12 +733,31 @@ impl Strategy {
     }
 }
 
+/// A ZeRO stage and its sharding group, as messages show it: `3`, or under hybrid sharding
+/// `3 over 8 of 64 data-parallel ranks`.
+pub fn zero_label(zero: u8, dp: u64, dp_shard: Option<u64>) -> String {
+    match dp_shard {
+        Some(shard) if shard != dp => format!("{zero} over {shard} of {dp} data-parallel ranks"),
+        _ => zero.to_string(),
+    }
+}
+
 /// One search dimension: the planner's own candidates, or an explicit list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Choice<T> {
     Auto,
     Values(Vec<T>),
+}
+
+impl<T> Choice<T> {
+    pub fn auto() -> Choice<T> {
+        Choice::Auto
+    }
+
+    pub fn is_auto(&self) -> bool {
+        matches!(self, Choice::Auto)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -713,6 +774,13 @@ pub struct SearchSpace {
     pub pp: Choice<u64>,
     pub cp: Choice<u64>,
     pub ep: Choice<u64>,
+    /// The experts' tensor-parallel degree (below `tp`: folded experts). Absent from files
+    /// while `auto`, as in those written before it.
+    #[serde(default = "Choice::auto", skip_serializing_if = "Choice::is_auto")]
+    pub etp: Choice<u64>,
+    /// The data-parallel ranks ZeRO shards over (below `dp`: hybrid sharding), as `etp`.
+    #[serde(default = "Choice::auto", skip_serializing_if = "Choice::is_auto")]
+    pub dp_shard: Choice<u64>,
     pub microbatch: Choice<u64>,
     pub interleave: Choice<u64>,
     pub recompute: Choice<Recompute>,
@@ -736,6 +804,8 @@ impl Default for SearchSpace {
             pp: Choice::Auto,
             cp: Choice::Auto,
             ep: Choice::Auto,
+            etp: Choice::Auto,
+            dp_shard: Choice::Auto,
             microbatch: Choice::Auto,
             interleave: Choice::Auto,
             recompute: Choice::Auto,

@@ -727,3 +727,39 @@ fn compile_is_written_for_torchtitan_and_reported_elsewhere() {
         );
     }
 }
+
+#[test]
+fn hybrid_sharding_is_written_in_each_framework_s_terms() {
+    // dp 32 with state sharded over groups of 8 and replicated 4 times.
+    let mut spec = llama70b_dense();
+    spec.strategies[0].dp_shard = Some(8);
+    let megatron = run(&spec, ExportTarget::Megatron);
+    assert!(
+        megatron.unsupported.is_empty(),
+        "{:?}",
+        megatron.unsupported
+    );
+    assert!(
+        megatron
+            .text
+            .contains("--num-distributed-optimizer-instances 4"),
+        "{}",
+        megatron.text
+    );
+    spec.strategies[0].zero = 3;
+    let titan: toml_edit::DocumentMut = run(&spec, ExportTarget::Torchtitan).text.parse().unwrap();
+    assert_eq!(
+        titan["parallelism"]["data_parallel_shard_degree"].as_integer(),
+        Some(8)
+    );
+    assert_eq!(
+        titan["parallelism"]["data_parallel_replicate_degree"].as_integer(),
+        Some(4)
+    );
+    spec.strategies[0].pp = 1;
+    spec.strategies[0].dp = 128;
+    spec.strategies[0].interleave = 1;
+    let deepspeed = run(&spec, ExportTarget::Deepspeed);
+    let config: serde_json::Value = serde_json::from_str(&deepspeed.text).unwrap();
+    assert_eq!(config["zero_optimization"]["mics_shard_size"], 8);
+}

@@ -43,8 +43,8 @@ impl Objective {
     }
 }
 
-/// dp, cp, tp, pp, ZeRO-3, offload: what a factor depends on within one search.
-type FactorKey = (u64, u64, u64, u64, bool, bool);
+/// dp, cp, tp, pp, ZeRO-3, hybrid sharding, offload: what a factor depends on within one search.
+type FactorKey = (u64, u64, u64, u64, bool, bool, bool);
 
 /// The factor by which a configuration's predicted step time is ranked: 1 when ranking by
 /// the expected time, else its interval's high end over the prediction. The factor depends
@@ -80,6 +80,7 @@ impl<'a> RankingFactor<'a> {
             outer.tp,
             outer.pp,
             outer.zero >= 3,
+            outer.dp_shard != outer.dp,
             offload,
         );
         if let Some(factor) = self.known.lock().ok().and_then(|k| k.get(&key).copied()) {

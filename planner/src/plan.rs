@@ -59,6 +59,10 @@ pub struct PlanConfig {
     /// plans written before folding).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etp: Option<u64>,
+    /// The data-parallel ranks ZeRO shards over when fewer than `dp` (hybrid sharding; absent:
+    /// all of them, and from plans written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dp_shard: Option<u64>,
     pub interleave: u64,
     /// Sequences per micro-batch.
     pub microbatch: u64,
@@ -241,6 +245,7 @@ impl Plan {
             cp: self.config.cp,
             ep: self.config.ep,
             etp: self.config.etp,
+            dp_shard: self.config.dp_shard,
             microbatch: self.config.microbatch,
             interleave: self.config.interleave,
             sequence_parallel: self.config.sequence_parallel,

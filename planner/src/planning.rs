@@ -61,6 +61,7 @@ fn config_of(outer: &OuterConfig) -> PlanConfig {
         cp: outer.cp,
         ep: outer.ep,
         etp: (outer.etp != outer.tp).then_some(outer.etp),
+        dp_shard: (outer.dp_shard != outer.dp).then_some(outer.dp_shard),
         interleave: outer.interleave,
         microbatch: outer.microbatch,
         microbatches: outer.microbatches,

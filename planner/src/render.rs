@@ -10,7 +10,7 @@ use crate::space::{offload_label, per_stage_label, recompute_label};
 /// A runner-up's configuration in one line: `tp 4 pp 8 dp 32 cp 1 ep 1 v 8 mb 1 zero 1 sp`.
 pub(crate) fn config_label(c: &PlanConfig) -> String {
     format!(
-        "tp {} pp {} dp {} cp {} ep {}{} v {} mb {} zero {}{}",
+        "tp {} pp {} dp {} cp {} ep {}{} v {} mb {} zero {}{}{}",
         c.tp,
         c.pp,
         c.dp,
@@ -20,6 +20,10 @@ pub(crate) fn config_label(c: &PlanConfig) -> String {
         c.interleave,
         c.microbatch,
         c.zero,
+        match c.dp_shard {
+            Some(shard) if shard != c.dp => format!(" shard {shard}"),
+            _ => String::new(),
+        },
         if c.sequence_parallel { " sp" } else { "" }
     )
 }
@@ -74,7 +78,7 @@ fn batching_label(plan: &Plan) -> String {
         "micro-batch {} × {} per step, ZeRO {}, sequence parallel {}",
         c.microbatch,
         c.microbatches,
-        c.zero,
+        tessel_grammar::zero_label(c.zero, c.dp, c.dp_shard),
         if c.sequence_parallel { "on" } else { "off" }
     )
 }

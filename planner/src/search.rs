@@ -326,6 +326,9 @@ fn seed_point(points: &[StagePoint], layers: u64, option: usize) -> Option<usize
 }
 
 /// The `keep`-th smallest value, or infinity when there are fewer.
+/// Relative slack of a bound against the threshold it is compared with.
+const BOUND_TOLERANCE: f64 = 1e-9;
+
 fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize) -> f64 {
     let mut values: Vec<f64> = known.values().copied().collect();
     values.sort_by(f64::total_cmp);
@@ -420,7 +423,9 @@ pub fn search(
             .map(|r| {
                 let least = ranking.least(&r.outer);
                 let lower = r.mixed.lower?;
-                if lower * least > bound {
+                // A one-stage configuration's bound is its step time, so it may equal the
+                // threshold it sets, up to rounding: only a bound clearly above it prunes.
+                if lower * least > bound * (1.0 + BOUND_TOLERANCE) {
                     return None;
                 }
                 let cutoff = r

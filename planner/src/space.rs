@@ -12,7 +12,12 @@
 //!   within 128Ki, and always 1;
 //! - interleave: 1, plus 2, 3, 4, 6, 8 when `pp > 1`, `pp · v ≤ layers` and the micro-batch
 //!   count is a multiple of `pp` (Megatron's interleaved schedule needs that);
+//! - etp: `tp`, and 1 (experts folded over tp·dp·cp) for mixture-of-experts models with
+//!   `ep > 1` and `tp > 1` under a framework that folds;
 //! - zero: 0–3 when the sharding group `dp · cp` has more than one rank, else 0;
+//! - dp_shard: `dp`, and with ZeRO ≥ 1 the data-parallel ranks of one node
+//!   (`gpus_per_node / (tp · cp)`) when that is above 1 and divides `dp` (hybrid sharding:
+//!   gathers and reduce-scatters on NVLink, one all-reduce across nodes per step);
 //! - sequence_parallel: both when `tp > 1`, else off;
 //! - recompute: none, selective, full, and partial full recompute of ¼, ½ and ¾ of the largest
 //!   even stage's layers;
@@ -36,6 +41,8 @@ pub struct OuterConfig {
     /// The experts' tensor-parallel degree: `tp`, or 1 when they are folded over tp·dp·cp.
     pub etp: u64,
     pub dp: u64,
+    /// The data-parallel ranks ZeRO shards over: `dp`, or fewer under hybrid sharding.
+    pub dp_shard: u64,
     pub microbatch: u64,
     /// Micro-batches per step per data-parallel rank.
     pub microbatches: u64,
@@ -61,6 +68,7 @@ impl OuterConfig {
             cp: self.cp,
             ep: self.ep,
             etp: (self.etp != self.tp).then_some(self.etp),
+            dp_shard: (self.dp_shard != self.dp).then_some(self.dp_shard),
             microbatch: self.microbatch,
             interleave: self.interleave,
             recompute,
@@ -82,6 +90,7 @@ impl OuterConfig {
             ep: strategy.ep,
             etp: strategy.expert_tp(),
             dp: strategy.dp,
+            dp_shard: strategy.shard_degree(),
             microbatch: strategy.microbatch,
             microbatches: global_batch / per_step,
             interleave: strategy.interleave,
@@ -103,6 +112,9 @@ impl OuterConfig {
             parts.push(format!("etp{}", self.etp));
         }
         parts.push(format!("dp{}", self.dp));
+        if self.dp_shard != self.dp {
+            parts.push(format!("shard{}", self.dp_shard));
+        }
         parts.push(format!("mb{}×{}", self.microbatch, self.microbatches));
         if self.interleave > 1 {
             parts.push(format!("v{}", self.interleave));
@@ -365,10 +377,30 @@ fn enumerate_inner(
     let expert_layouts: Vec<(u64, u64)> = eps
         .iter()
         .flat_map(|&ep| {
-            let folded = (folding && model.moe.is_some() && ep > 1).then_some((ep, 1));
-            std::iter::once((ep, tp)).chain(folded)
+            let etps = values_or(&search.etp, || {
+                let mut values = vec![tp];
+                if folding && model.moe.is_some() && ep > 1 {
+                    values.push(1);
+                }
+                values
+            });
+            etps.into_iter().map(move |etp| (ep, etp))
         })
         .collect();
+    // ZeRO shards over every data-parallel rank, or (hybrid) over those of one node.
+    let shards = values_or(&search.dp_shard, || {
+        let mut values = vec![dp];
+        let model_parallel = tp.saturating_mul(cp);
+        let node_ranks = spec.cluster.gpus_per_node / model_parallel.max(1);
+        if spec.cluster.gpus_per_node.is_multiple_of(model_parallel)
+            && node_ranks > 1
+            && node_ranks < dp
+            && dp.is_multiple_of(node_ranks)
+        {
+            values.push(node_ranks);
+        }
+        values
+    });
     for &(ep, etp) in &expert_layouts {
         // The experts' layout rule of the checker and the cost model; sequence parallelism,
         // which folding also needs, is decided below.
@@ -407,39 +439,45 @@ fn enumerate_inner(
             });
             for &interleave in &interleaves {
                 for &zero in &zeros {
-                    for &sequence_parallel in &sps {
-                        counts.enumerated += 1;
-                        let valid = interleave >= 1
-                            && pp.saturating_mul(interleave) <= model.layers
-                            && (interleave == 1
-                                || (interleaving && pp > 1 && m.is_multiple_of(pp)))
-                            && zero <= 3
-                            && !(sequence_parallel && tp == 1)
-                            // Folded experts need sequence parallelism (`expert_layout_error`).
-                            && (etp == tp || sequence_parallel);
-                        if !valid {
-                            counts.rejected_divisibility += 1;
-                            continue;
+                    // Without ZeRO nothing is sharded: one configuration, whatever dp_shard.
+                    let zero_shards = if zero == 0 { &[dp][..] } else { &shards[..] };
+                    for &dp_shard in zero_shards {
+                        for &sequence_parallel in &sps {
+                            counts.enumerated += 1;
+                            let config = OuterConfig {
+                                tp,
+                                pp,
+                                cp,
+                                ep,
+                                etp,
+                                dp,
+                                dp_shard,
+                                microbatch,
+                                microbatches: m,
+                                interleave,
+                                zero,
+                                sequence_parallel,
+                            };
+                            let layout =
+                                config.strategy("", Recompute::None, Offload::default(), None);
+                            let valid = interleave >= 1
+                                && pp.saturating_mul(interleave) <= model.layers
+                                && (interleave == 1
+                                    || (interleaving && pp > 1 && m.is_multiple_of(pp)))
+                                && zero <= 3
+                                && !(sequence_parallel && tp == 1)
+                                && layout.expert_layout_error(model).is_none()
+                                && layout.hybrid_sharding_error().is_none();
+                            if !valid {
+                                counts.rejected_divisibility += 1;
+                                continue;
+                            }
+                            if !framework.layout_limits(&layout).is_empty() {
+                                counts.rejected_framework += 1;
+                                continue;
+                            }
+                            configs.push(config);
                         }
-                        let config = OuterConfig {
-                            tp,
-                            pp,
-                            cp,
-                            ep,
-                            etp,
-                            dp,
-                            microbatch,
-                            microbatches: m,
-                            interleave,
-                            zero,
-                            sequence_parallel,
-                        };
-                        let layout = config.strategy("", Recompute::None, Offload::default(), None);
-                        if !framework.layout_limits(&layout).is_empty() {
-                            counts.rejected_framework += 1;
-                            continue;
-                        }
-                        configs.push(config);
                     }
                 }
             }

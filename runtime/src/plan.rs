@@ -90,6 +90,7 @@ impl ExecutionPlan {
             }
         };
         experts_split_over_tp(strategy.tp, strategy.etp)?;
+        shards_over_every_dp_rank(strategy.dp, strategy.dp_shard)?;
         let plan = ExecutionPlan {
             dp: strategy.dp,
             tp: strategy.tp,
@@ -323,6 +324,21 @@ fn even_split(layers: u64, parts: u64) -> Result<Vec<(u64, u64)>, RuntimeError> 
         .map(|i| layers / parts + u64::from(i < layers % parts))
         .collect();
     Ok(ranges(&sizes))
+}
+
+/// The runtime's ZeRO shards over every data-parallel rank; a hybrid-sharded plan
+/// (`dp_shard` below `dp`) is refused.
+pub(crate) fn shards_over_every_dp_rank(
+    dp: u64,
+    dp_shard: Option<u64>,
+) -> Result<(), RuntimeError> {
+    match dp_shard.filter(|&shard| shard != dp) {
+        Some(shard) => Err(RuntimeError::invalid_plan(format!(
+            "dp_shard = {shard}: the runtime shards ZeRO state over all {dp} data-parallel \
+             ranks; hybrid sharding is planned and exported, not executed here"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The CPU runtime splits experts over the tensor-parallel ranks; a plan whose experts are

@@ -51,6 +51,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
         }
     }
     crate::plan::experts_split_over_tp(c.tp, c.etp)?;
+    crate::plan::shards_over_every_dp_rank(c.dp, c.dp_shard)?;
     let world = [c.dp, c.tp, c.pp, c.cp]
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d))

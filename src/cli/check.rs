@@ -302,7 +302,7 @@ fn strategy_summary(out: &mut String, s: &Strategy, global_batch: u64) {
         "  {:<16}recompute {recompute}, sequence parallel {}, ZeRO {}, offload {offload}",
         "memory",
         if s.sequence_parallel { "on" } else { "off" },
-        s.zero,
+        s.zero_label(),
     );
 }
 
@@ -346,7 +346,12 @@ fn search_summary(out: &mut String, s: &SearchSpace) {
         ("zero", choice(&s.zero, u8::to_string)),
         ("offload", choice(&s.offload, offload_name)),
     ];
-    for (key, value) in rows {
+    // Shown when set: `auto` here is the planner's own rule, as for the other keys.
+    let optional = [("etp", &s.etp), ("dp_shard", &s.dp_shard)]
+        .into_iter()
+        .filter(|(_, c)| !c.is_auto())
+        .map(|(key, c)| (key, choice(c, n)));
+    for (key, value) in rows.into_iter().chain(optional) {
         let _ = writeln!(out, "  {key:<18}{value}");
     }
     let _ = writeln!(out, "  {:<18}throughput", "objective");

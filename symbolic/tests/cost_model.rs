@@ -1330,3 +1330,63 @@ fn folded_experts_keep_whole_experts_and_the_same_work() {
     assert!(close(folded_compute, unfolded_compute, 0.15));
     assert!(folded_ep > 0.0);
 }
+
+#[test]
+fn hybrid_sharding_shards_within_a_node_and_all_reduces_across_replicas() {
+    // 16-way dp over two nodes under FSDP's ZeRO-3, sharded over all 16 ranks or, hybrid, over
+    // the 8 of a node with 2 replicas.
+    let model = gpt(24, 2048, 16);
+    let params = model.parameter_count().total as f64;
+    let mut spec = spec(model, 2, 64);
+    spec.train.framework = tessel_grammar::Framework::Fsdp;
+    spec.train.overlap = Some(OverlapSpec {
+        grad_reduce: Some(false),
+        param_gather: Some(false),
+        tp_comm: None,
+    });
+    let cal = bare();
+    let cost = CostModel::with_calibration(&spec, cal).unwrap();
+    let mut full = strategy(16, 1, 1, 1);
+    full.zero = 3;
+    let hybrid = Strategy {
+        dp_shard: Some(8),
+        ..full.clone()
+    };
+    let stage = |s: &Strategy| {
+        let outputs = cost.stage_outputs(s, 0, 24, Recompute::None, Offload::default());
+        move |output: Output| outputs[output.index()]
+    };
+    let (full_stage, hybrid_stage) = (stage(&full), stage(&hybrid));
+    // States shard over 8 ranks instead of 16: twice the bytes (ZeRO-3: fp32 weights, 4-byte
+    // gradients and 8 bytes of moments per parameter).
+    assert!(close(
+        full_stage(Output::OptimizerStates),
+        8.0 * params / 16.0,
+        1e-9
+    ));
+    assert!(close(
+        hybrid_stage(Output::OptimizerStates),
+        8.0 * params / 8.0,
+        1e-9
+    ));
+    assert!(close(
+        hybrid_stage(Output::Weights),
+        2.0 * full_stage(Output::Weights),
+        1e-9
+    ));
+    // The per-layer gathers and reduce-scatters stay on NVLink: cheaper than across nodes.
+    assert!(hybrid_stage(Output::DpCommPerMicrobatch) < full_stage(Output::DpCommPerMicrobatch));
+    // Once per step, each rank's 1/8 gradient shard (fp32) is all-reduced with its peer on the
+    // other node: a ring of two moves 2·(1/2) of the buffer over the 8 NICs' share.
+    assert_eq!(full_stage(Output::DpCommTail), 0.0);
+    let shard_bytes = 4.0 * params / 8.0;
+    let calls = 24.0 + 1.0;
+    let per_call = shard_bytes / calls;
+    let bandwidth = 25e9 * cal.collectives.inter_efficiency;
+    let expected = calls * 2.0 * 0.5 * per_call / bandwidth;
+    assert!(
+        close(hybrid_stage(Output::DpCommTail), expected, 0.05),
+        "{} vs {expected}",
+        hybrid_stage(Output::DpCommTail)
+    );
+}

@@ -159,6 +159,7 @@ fn a_regime_no_run_validates_gets_a_wide_interval() {
         recompute: RecomputeKind::Selective,
         moe: false,
         params_b: 175.0,
+        hybrid_sharding: false,
     };
     let unseen = RunTraits {
         generation: GpuGeneration::Other,

@@ -13,6 +13,8 @@ pub const FIELDS: &[&str] = &[
     "pp",
     "cp",
     "ep",
+    "etp",
+    "dp_shard",
     "microbatch",
     "interleave",
     "recompute",
@@ -145,6 +147,8 @@ pub fn lower(f: &mut Fields) -> Option<SearchSpace> {
     let pp = choice(f, "pp", count_at_least_1, Some(positive));
     let cp = choice(f, "cp", count_at_least_1, Some(positive));
     let ep = choice(f, "ep", count_at_least_1, Some(positive));
+    let etp = choice(f, "etp", count_at_least_1, Some(positive));
+    let dp_shard = choice(f, "dp_shard", count_at_least_1, Some(positive));
     let microbatch = choice(f, "microbatch", count_at_least_1, Some(positive));
     let interleave = choice(f, "interleave", count_at_least_1, Some(positive));
     let recompute = choice(f, "recompute", to_recompute, None);
@@ -177,6 +181,8 @@ pub fn lower(f: &mut Fields) -> Option<SearchSpace> {
         pp: pp?,
         cp: cp?,
         ep: ep?,
+        etp: etp?,
+        dp_shard: dp_shard?,
         microbatch: microbatch?,
         interleave: interleave?,
         recompute: recompute?,

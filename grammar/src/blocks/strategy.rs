@@ -16,6 +16,7 @@ pub const FIELDS: &[&str] = &[
     "cp",
     "ep",
     "etp",
+    "dp_shard",
     "microbatch",
     "interleave",
     "recompute",
@@ -263,6 +264,7 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
     let ep = f.count("ep", 1);
     let etp = f.count("etp", 1);
     let dp = f.count("dp", 1);
+    let dp_shard = f.count("dp_shard", 1);
     let microbatch = f.count("microbatch", 1);
     let interleave = f.count("interleave", 1);
     let recompute = match f.get("recompute").cloned() {
@@ -302,6 +304,7 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
         cp,
         ep,
         etp,
+        dp_shard,
         microbatch: microbatch.unwrap_or(1),
         interleave: interleave.unwrap_or(1),
         sequence_parallel,
@@ -318,6 +321,10 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
     let at = |key: &str| f.get(key).map_or(f.anchor, |v| v.span);
     let mut problems = Vec::new();
     check_degrees(&mut strategy, context, written("dp"), &at, &mut problems);
+    // Sharding over every data-parallel rank is plain ZeRO: one way to write it.
+    if strategy.dp_shard == Some(strategy.dp) {
+        strategy.dp_shard = None;
+    }
     for (key, count) in [("recompute", listed.0), ("offload", listed.1)] {
         if f.get(key)
             .is_some_and(|v| matches!(v.value, Value::List(_)))
@@ -445,6 +452,12 @@ fn check_fit(s: &Strategy, c: &Context, at: &dyn Fn(&str) -> Span, problems: &mu
                 format!("{reason} (model `{model}`)"),
             ));
         }
+    }
+    if let Some(reason) = s.hybrid_sharding_error() {
+        problems.push(Problem::new(at("dp_shard"), reason).with_help(format!(
+            "dp_shard takes a divisor of dp = {}, with zero = 1, 2 or 3",
+            s.dp
+        )));
     }
     if s.pp > m.layers {
         problems.push(Problem::new(

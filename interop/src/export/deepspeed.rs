@@ -61,6 +61,9 @@ struct Zero {
     stage3_prefetch_bucket_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stage3_param_persistence_threshold: Option<u64>,
+    /// MiCS: ZeRO-3 state sharded within groups of this many data-parallel ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mics_shard_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     offload_optimizer: Option<OffloadOptimizer>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -232,9 +235,26 @@ fn zero_section(spec: &Spec, strategy: &Strategy, report: &mut Report) -> Zero {
         allgather_bucket_size: (stage == 1 || stage == 2).then_some(BUCKET_SIZE),
         stage3_prefetch_bucket_size: (stage == 3).then_some(BUCKET_SIZE),
         stage3_param_persistence_threshold: (stage == 3).then_some(PERSISTENCE_THRESHOLD),
+        mics_shard_size: None,
         offload_optimizer: None,
         offload_param: None,
     };
+    let shard = strategy.shard_degree();
+    if shard < strategy.dp {
+        if stage == 3 {
+            zero.mics_shard_size = Some(shard);
+            report.note(format!(
+                "dp_shard = {shard}: MiCS shards ZeRO-3 state over groups of {shard} \
+                 data-parallel ranks; build the model under deepspeed.zero.MiCS_Init"
+            ));
+        } else {
+            report.unsupported(format!(
+                "dp_shard = {shard}: DeepSpeed shards over part of the data-parallel ranks with \
+                 MiCS, under ZeRO-3 only; written as sharding over all {}",
+                strategy.dp
+            ));
+        }
+    }
 
     if offload.optimizer > 0.0 {
         if !sharded {

@@ -203,10 +203,14 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
         flags.switch("--no-gradient-accumulation-fusion");
         flags.switch("--use-distributed-optimizer");
         flags.value("--ckpt-format", "fsdp_dtensor");
+        optimizer_instances(strategy, &mut flags);
     } else {
         match zero_stage(strategy) {
             0 => {}
-            1 => flags.switch("--use-distributed-optimizer"),
+            1 => {
+                flags.switch("--use-distributed-optimizer");
+                optimizer_instances(strategy, &mut flags);
+            }
             stage => {
                 flags.switch("--use-distributed-optimizer");
                 report.unsupported(format!(
@@ -284,6 +288,15 @@ fn pipeline_flags(spec: &Spec, strategy: &Strategy, flags: &mut Flags, report: &
                 flags.value("--decoder-last-pipeline-num-layers", last);
             }
         }
+    }
+}
+
+/// Hybrid sharding: the distributed optimizer (Megatron-FSDP: its sharded state) split into
+/// `dp / dp_shard` instances, each sharded over `dp_shard` ranks.
+fn optimizer_instances(strategy: &Strategy, flags: &mut Flags) {
+    let shard = strategy.shard_degree();
+    if shard > 0 && shard < strategy.dp && strategy.dp.is_multiple_of(shard) {
+        flags.value("--num-distributed-optimizer-instances", strategy.dp / shard);
     }
 }
 

@@ -320,31 +320,38 @@ mod tests {
                                 if (interleave > 1 && pp == 1) || (sequence_parallel && tp == 1) {
                                     continue;
                                 }
-                                let strategy = Strategy {
-                                    name: "s".into(),
-                                    dp: 8 / (tp * pp * cp),
-                                    tp,
-                                    pp,
-                                    cp,
-                                    interleave,
-                                    zero,
-                                    sequence_parallel,
-                                    recompute,
-                                    offload,
-                                    ..Strategy::default()
-                                };
-                                for target in ExportTarget::ALL {
-                                    let limits = target.framework(&spec).limits(&strategy, 8);
-                                    let out = export(&spec, &strategy, target);
-                                    checked += 1;
-                                    if limits.is_empty() != out.unsupported.is_empty() {
-                                        disagreements.push(format!(
+                                let dp = 8 / (tp * pp * cp);
+                                // Hybrid sharding: two-way shards, where ZeRO shards anything.
+                                let hybrid = (zero > 0 && dp >= 4).then_some(Some(2));
+                                for dp_shard in std::iter::once(None).chain(hybrid) {
+                                    let strategy = Strategy {
+                                        name: "s".into(),
+                                        dp,
+                                        tp,
+                                        pp,
+                                        cp,
+                                        dp_shard,
+                                        interleave,
+                                        zero,
+                                        sequence_parallel,
+                                        recompute,
+                                        offload,
+                                        ..Strategy::default()
+                                    };
+                                    for target in ExportTarget::ALL {
+                                        let limits = target.framework(&spec).limits(&strategy, 8);
+                                        let out = export(&spec, &strategy, target);
+                                        checked += 1;
+                                        if limits.is_empty() != out.unsupported.is_empty() {
+                                            disagreements.push(format!(
                                             "{target} tp{tp} pp{pp} cp{cp} v{interleave} z{zero} \
-                                             sp{sequence_parallel} {recompute} {offload:?}: \
+                                             shard{dp_shard:?} sp{sequence_parallel} {recompute} \
+                                             {offload:?}: \
                                              table {:?}, export {:?}",
                                             limits.iter().map(|l| &l.reason).collect::<Vec<_>>(),
                                             out.unsupported
                                         ));
+                                        }
                                     }
                                 }
                             }

@@ -287,6 +287,13 @@ fn parallelism_section(
         }
         _ => (1, dp, "always"),
     };
+    // Hybrid sharding (HSDP): FSDP over `dp_shard` ranks, replicated over the rest.
+    let (replicate, shard) = match strategy.shard_degree() {
+        hybrid if hybrid > 0 && hybrid < dp && dp.is_multiple_of(hybrid) && replicate == 1 => {
+            (dp / hybrid, hybrid)
+        }
+        _ => (replicate, shard),
+    };
     doc.int("parallelism", "data_parallel_replicate_degree", replicate);
     doc.int("parallelism", "data_parallel_shard_degree", shard);
     doc.str("parallelism", "fsdp_reshard_after_forward", reshard);

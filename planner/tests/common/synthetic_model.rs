@@ -149,8 +149,8 @@ impl SyntheticModel {
             }
         }
         // ZeRO-3 gathers every layer's weights in forward, recompute-free backward and for the
-        // gradient reduce-scatter; about a third of it stays exposed.
-        let shard = s.dp * s.cp;
+        // gradient reduce-scatter over the sharding ranks; about a third of it stays exposed.
+        let shard = s.shard_degree() * s.cp;
         let mut dp = 0.0;
         if s.zero >= 3 && shard > 1 {
             let (block, _) = self.block_params(s);
@@ -200,7 +200,17 @@ impl SyntheticModel {
                 dp += 0.05 * params * HALF / bandwidth;
             }
         }
-        let sharded = if s.zero >= 1 { shard } else { 1.0 };
+        // Hybrid sharding: the gradient shard is all-reduced across the replicas as well.
+        let replicas = (s.dp / s.shard_degree().max(1)) as f64;
+        if s.zero >= 1 && replicas > 1.0 {
+            let bandwidth = self.group_bandwidth(s.dp / s.shard_degree().max(1), s.tp);
+            dp += params * HALF * 2.0 * (replicas - 1.0) / replicas / shard / bandwidth;
+        }
+        let sharded = if s.zero >= 1 {
+            (s.shard_degree() * s.cp) as f64
+        } else {
+            1.0
+        };
         let state = params * OPTIMIZER_BYTES / sharded;
         let optimizer = 2.0 * state / self.spec.cluster.gpu.hbm_bandwidth;
         let offload_s = 2.0 * (offload.optimizer * state + offload.weights * params * HALF)
@@ -223,7 +233,7 @@ impl SyntheticModel {
     ) -> MemoryBreakdown {
         let m = &self.spec.model;
         let params = self.stage_params(s, stage, layers);
-        let shard = (s.dp * s.cp) as f64;
+        let shard = (s.shard_degree() * s.cp) as f64;
         let weights_div = if s.zero >= 3 { shard } else { 1.0 };
         let grads_div = if s.zero >= 2 { shard } else { 1.0 };
         let optim_div = if s.zero >= 1 { shard } else { 1.0 };

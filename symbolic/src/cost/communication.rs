@@ -137,38 +137,49 @@ fn dp_calls(ctx: &Ctx, params: Expr, overlapped: bool) -> Expr {
 
 /// The data-parallel traffic of one step under ZeRO 0–2, split into what the backward pass
 /// produces (the gradient reduction) and what follows the optimizer (the all-gather of the
-/// updated weights), with the number of calls each is split into.
+/// updated weights), with the number of calls each is split into; and, under hybrid sharding
+/// at any ZeRO stage, the all-reduce of each gradient shard across the replicas.
 pub(crate) struct DpTraffic {
     pub reduce: Expr,
     pub reduce_calls: Expr,
     pub gather: Expr,
     pub gather_calls: Expr,
+    pub replica_reduce: Expr,
 }
 
-/// ZeRO-0 all-reduces the gradients; ZeRO-1/2 reduce-scatter them and all-gather the updated
-/// bf16 weights, over dp·cp ranks, bucket by bucket. Tied embeddings add an all-reduce of the
-/// embedding gradients between the first and last device.
+/// ZeRO-0 all-reduces the gradients over dp·cp ranks; ZeRO-1/2 reduce-scatter them and
+/// all-gather the updated bf16 weights over the `ds·cp` ranks that shard them, bucket by bucket,
+/// and with hybrid sharding all-reduce each rank's gradient shard over the `d/ds` replicas.
+/// Tied embeddings add an all-reduce of the embedding gradients between the first and last
+/// device.
 pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
     let params = ctx.bind(stage_params(ctx));
     let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
+    let shard = ctx.shard_ring();
     let (z1, _, _) = ctx.zero_flags();
     let calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.grad_reduce));
     let grad_bytes = params.clone() * ctx.bytes.gradient / calls.clone();
     let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
     let all_reduce = calls.clone() * ctx.all_reduce(grad_bytes.clone(), &ring);
-    let scatter = calls.clone() * ctx.gather(grad_bytes, &ring);
+    let scatter = calls.clone() * ctx.gather(grad_bytes.clone(), &shard);
     let reduce = several.clone() * ((k(1.0) - z1.clone()) * all_reduce + z1.clone() * scatter)
         + tied_embedding_reduce(ctx);
     let gather_calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.param_gather));
     let gather = several
-        * z1
+        * z1.clone()
         * gather_calls.clone()
-        * ctx.gather(params * ctx.bytes.weight / gather_calls.clone(), &ring);
+        * ctx.gather(params * ctx.bytes.weight / gather_calls.clone(), &shard);
+    let shard_bytes = grad_bytes / (ctx.ds.clone() * ctx.c.clone());
+    let replica_reduce = z1
+        * above(ctx.d.clone() / ctx.ds.clone(), 1.0)
+        * calls.clone()
+        * ctx.all_reduce(shard_bytes, &ctx.replica_ring());
     DpTraffic {
         reduce,
         reduce_calls: calls,
         gather,
         gather_calls,
+        replica_reduce,
     }
 }
 
@@ -206,7 +217,7 @@ fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
 }
 
 /// Exposed seconds of ZeRO-3's communication in one micro-batch. Every layer's weights are
-/// all-gathered over dp·cp before its forward and again before its backward, and its
+/// all-gathered over the `ds·cp` sharding ranks before its forward and again before its backward, and its
 /// gradients reduce-scattered after its backward (DeepSpeed: in `reduce_bucket_size`
 /// buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the gather of the next
 /// layer runs behind the current layer's compute, so only the first layer's gather and what
@@ -215,7 +226,7 @@ fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
 /// the gathers), else it is exposed. `layer_forward` and `layer_backward` are one layer's
 /// compute (backward including its recomputed forward).
 pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: Expr) -> Expr {
-    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
+    let ring = ctx.shard_ring();
     let (_, _, z3) = ctx.zero_flags();
     let weight_bytes = if ctx.gathers_fp8() {
         1.0

@@ -78,6 +78,8 @@ pub(crate) struct Ctx {
     pub e: Expr,
     /// The experts' tensor-parallel degree.
     pub et: Expr,
+    /// Data-parallel ranks ZeRO shards over: `d` unless hybrid sharding.
+    pub ds: Expr,
     pub m: Expr,
     pub v: Expr,
     pub stage: Expr,
@@ -211,6 +213,7 @@ impl Ctx {
             c: sym(Slot::Cp),
             e: sym(Slot::Ep),
             et: sym(Slot::ExpertTp),
+            ds: sym(Slot::DpShard),
             m: sym(Slot::Microbatches),
             v: sym(Slot::Interleave),
             stage: sym(Slot::Stage),
@@ -440,6 +443,8 @@ impl Ctx {
         let per_node_key: &'static str = match key {
             "tp" => "tp.per_node",
             "dp" => "dp.per_node",
+            "shard" => "shard.per_node",
+            "replicas" => "replicas.per_node",
             "ep" => "ep.per_node",
             _ => "tied.per_node",
         };
@@ -457,6 +462,18 @@ impl Ctx {
             per_node: self.shared(per_node_key, || placed.per_node),
             max_nodes,
         }
+    }
+
+    /// The ranks ZeRO shards over: `ds·cp`, consecutive data-parallel ranks (stride `tp`).
+    pub fn shard_ring(&self) -> Ring {
+        self.ring("shard", self.ds.clone() * self.c.clone(), self.t.clone())
+    }
+
+    /// The replicas of hybrid sharding: `d/ds` groups holding the same shard, `tp·cp·ds`
+    /// ranks apart; one rank when every data-parallel rank shards.
+    pub fn replica_ring(&self) -> Ring {
+        let stride = self.t.clone() * self.c.clone() * self.ds.clone();
+        self.ring("replicas", self.d.clone() / self.ds.clone(), stride)
     }
 
     fn collective(&self, kind: Collective, bytes: Expr, group: &Ring) -> Expr {

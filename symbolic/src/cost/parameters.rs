@@ -72,11 +72,12 @@ pub(crate) fn stage_expert_params(ctx: &Ctx) -> Expr {
 }
 
 /// Parameters per GPU after sharding over the data-parallel ranks when `sharded` is 1 (a ZeRO
-/// flag): dense parameters over `dp·cp`, routed experts over their expert-data-parallel group.
+/// flag): dense parameters over `ds·cp` (`dp·cp` unless hybrid sharding), routed experts over
+/// their expert-data-parallel group within those ranks.
 pub(crate) fn sharded_params(ctx: &Ctx, sharded: Expr) -> Expr {
     let experts = stage_expert_params(ctx);
     let dense = stage_params(ctx) - experts.clone();
-    let ranks = ctx.d.clone() * ctx.c.clone();
+    let ranks = ctx.ds.clone() * ctx.c.clone();
     let expert_ranks = ranks.clone() * ctx.t.clone() / (ctx.e.clone() * ctx.et.clone());
     dense / (k(1.0) + sharded.clone() * (ranks - 1.0))
         + experts / (k(1.0) + sharded * (expert_ranks - 1.0))

@@ -200,7 +200,7 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
         strategy.interleave,
         strategy_recompute_label(strategy),
         if strategy.sequence_parallel { "on" } else { "off" },
-        strategy.zero
+        strategy.zero_label()
     );
     out.push('\n');
     let rows = [

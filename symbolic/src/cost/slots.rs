@@ -41,10 +41,12 @@ pub enum Slot {
     RecomputeNorms,
     /// 1 when they re-run the experts' activation function, else 0.
     RecomputeMoeAct,
+    /// Data-parallel ranks ZeRO shards over (`dp` unless hybrid sharding).
+    DpShard,
 }
 
 impl Slot {
-    pub const ALL: [Slot; 21] = [
+    pub const ALL: [Slot; 22] = [
         Slot::Microbatch,
         Slot::Tp,
         Slot::Pp,
@@ -66,6 +68,7 @@ impl Slot {
         Slot::ExpertTp,
         Slot::RecomputeNorms,
         Slot::RecomputeMoeAct,
+        Slot::DpShard,
     ];
 
     /// The symbol's name in the expressions.
@@ -92,6 +95,7 @@ impl Slot {
             Slot::ExpertTp => "et",
             Slot::RecomputeNorms => "re_norms",
             Slot::RecomputeMoeAct => "re_moe_act",
+            Slot::DpShard => "ds",
         }
     }
 
@@ -129,6 +133,7 @@ impl Slot {
             "et" => 18,
             "re_norms" => 19,
             "re_moe_act" => 20,
+            "ds" => 21,
             _ => return None,
         })
     }
@@ -237,6 +242,7 @@ pub fn slot_values(
     set(Slot::RecomputeNorms, flag(RecomputeModules::LAYERNORM));
     set(Slot::RecomputeMoeAct, flag(RecomputeModules::MOE_ACT));
     set(Slot::ExpertTp, strategy.expert_tp() as f64);
+    set(Slot::DpShard, strategy.shard_degree() as f64);
     set(
         Slot::SequenceParallel,
         if strategy.sequence_parallel { 1.0 } else { 0.0 },

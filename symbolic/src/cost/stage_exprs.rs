@@ -188,6 +188,14 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
             traffic
         }
     };
+    // Hybrid sharding's all-reduce across replicas follows each bucket's (or unit's)
+    // reduce-scatter, behind the backward as that is.
+    let replica_tail = exposed(
+        dp.replica_reduce,
+        dp.reduce_calls.clone(),
+        ctx.layers.clone() * backward.clone(),
+        ctx.overlap.grad_reduce,
+    );
     let dp_tail = (k(1.0) - z3)
         * (exposed(
             dp.reduce,
@@ -199,7 +207,8 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
             dp.gather_calls,
             ctx.layers.clone() * forward,
             ctx.overlap.param_gather,
-        ));
+        ))
+        + replica_tail;
     let optimizer_tail = (k(1.0) - ctx.off_opt.clone())
         * ctx.memory_bound(local_optimizer_params.clone() * ctx.bytes.optimizer_step);
     // Offloaded optimizer states: gradients go down (fp32) and updated weights come back up,

@@ -200,6 +200,9 @@ fn mechanisms(traits: &RunTraits) -> Vec<(String, Shares)> {
     if traits.zero >= 3 {
         found.push(("ZeRO-3".into(), Box::new(|t| t.zero >= 3)));
     }
+    if traits.hybrid_sharding {
+        found.push(("hybrid sharding".into(), Box::new(|t| t.hybrid_sharding)));
+    }
     if traits.precision == Precision::Fp8 {
         found.push((
             "FP8 training".into(),

@@ -27,6 +27,8 @@ pub struct RunTraits {
     pub moe: bool,
     /// Total parameters, billions.
     pub params_b: f64,
+    /// ZeRO state sharded over part of the data-parallel ranks (`dp_shard` below `dp`).
+    pub hybrid_sharding: bool,
 }
 
 /// Recompute without its per-stage detail.
@@ -82,11 +84,12 @@ impl RunTraits {
             recompute: RecomputeKind::of(strategy.recompute),
             moe: spec.model.moe.is_some(),
             params_b: spec.model.parameter_count().total as f64 / 1e9,
+            hybrid_sharding: strategy.shard_degree() < strategy.dp,
         }
     }
 
     /// The CSV columns of [`RunTraits::to_fields`], in order.
-    pub const COLUMNS: [&'static str; 15] = [
+    pub const COLUMNS: [&'static str; 16] = [
         "generation",
         "framework",
         "precision",
@@ -102,6 +105,7 @@ impl RunTraits {
         "recompute",
         "moe",
         "params_b",
+        "hybrid_sharding",
     ];
 
     pub fn to_fields(&self) -> Vec<String> {
@@ -121,6 +125,7 @@ impl RunTraits {
             self.recompute.name().to_string(),
             u8::from(self.moe).to_string(),
             format!("{:.3}", self.params_b),
+            u8::from(self.hybrid_sharding).to_string(),
         ]
     }
 
@@ -175,6 +180,7 @@ impl RunTraits {
             params_b: fields[14]
                 .parse()
                 .map_err(|_| format!("params_b: `{}` is not a number", fields[14]))?,
+            hybrid_sharding: int(15)? != 0,
         })
     }
 }
