@@ -5,10 +5,10 @@
 //! of `ln(predicted / measured step time)`, and its conformal 10 % and 90 % ranks bound the
 //! measured step time. Errors grow with how far a configuration is from anything validated,
 //! so the interval widens once the neighbours' mean distance passes [`SAME_KIND_DISTANCE`], by
-//! [`WIDENING_PER_DISTANCE`] per unit: without it, runs of a source held out of the interval
-//! model too fall inside 63 % of the time; with it 67 %, while runs whose own source is
-//! available stay at 83 % (`symbolic/tests/intervals.rs`; the three constants were chosen on
-//! those two figures). Each mechanism no neighbour shares widens it by a further
+//! [`WIDENING_PER_DISTANCE`] per unit: when the three constants were chosen, on these two
+//! figures, runs of a source held out of the interval model too fell inside 63 % of the time
+//! without it and 67 % with it, while runs whose own source is available stayed at 83 %
+//! (`symbolic/tests/intervals.rs`; with today's table 71.5 % and 82.7 %). Each mechanism no neighbour shares widens it by a further
 //! [`WIDENING_PER_UNVALIDATED`]. A mechanism of the
 //! configuration that no neighbour shares (host offload, MoE, ZeRO-3, a GPU generation, a
 //! framework) is named in [`PredictionInterval::unvalidated`].
