@@ -25,6 +25,8 @@ enum Cli {
     Launch(cli::launch::Args),
     /// Write a self-contained HTML page with a plan's timeline, memory and runners-up.
     Report(cli::report::Args),
+    /// Fit the cost model's primitives to measurements from your cluster (nccl-tests output).
+    Calibrate(cli::calibrate::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,5 +43,6 @@ fn main() -> ExitCode {
         Cli::Diff(args) => cli::diff::run(&args),
         Cli::Launch(args) => cli::launch::run(&args),
         Cli::Report(args) => cli::report::run(&args),
+        Cli::Calibrate(args) => cli::calibrate::run(&args),
     }
 }

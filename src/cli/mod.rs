@@ -1,5 +1,6 @@
 //! One module per subcommand, plus what they share: exit codes and number formatting.
 
+pub mod calibrate;
 pub mod check;
 pub mod diff;
 pub mod estimate;

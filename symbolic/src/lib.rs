@@ -1,5 +1,6 @@
 //! Symbolic expressions and the Tessel cost model.
 
+pub mod calibration;
 pub mod cost;
 mod expr;
 pub mod primitives;

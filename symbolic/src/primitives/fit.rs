@@ -114,7 +114,8 @@ fn collective_params(x: &[f64]) -> CollectiveParams {
     }
 }
 
-fn collective_values(p: &CollectiveParams) -> Vec<f64> {
+/// The parameters in [`COLLECTIVE_RANGES`]' order.
+pub fn collective_values(p: &CollectiveParams) -> Vec<f64> {
     vec![
         p.call_latency_s,
         p.intra_step_s,

@@ -1,0 +1,63 @@
+//! The trace parsers on real, cited samples (`tests/traces/*/README.md`).
+
+use std::path::PathBuf;
+
+use tessel_interop::traces::parse_nccl_tests;
+
+fn sample(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/traces/nccl-tests")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_two_node_all_reduce_sweep_with_its_device_list() {
+    let run = parse_nccl_tests(&sample("a3mega-all-reduce-2x8.txt")).unwrap();
+    assert_eq!(run.collective, None, "this version prints no test name");
+    assert_eq!(run.ranks(), Some(16));
+    assert_eq!(run.ranks_per_host(), Some(8));
+    assert_eq!(run.gpu(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(run.devices[9].host, "ztan-mig-gq73");
+    // 8 B to 8 GiB by factors of two.
+    assert_eq!(run.rows.len(), 31);
+    assert_eq!(run.rows[0].bytes, 8);
+    assert_eq!(run.rows[0].out_of_place_us, 135.8);
+    let last = run.rows.last().unwrap();
+    assert_eq!(last.bytes, 8_589_934_592);
+    assert_eq!(last.out_of_place_us, 47535.0);
+    assert_eq!(last.in_place_us, Some(47743.0));
+}
+
+#[test]
+fn tagged_mpi_output_with_the_test_name() {
+    let run = parse_nccl_tests(&sample("rtx5090-all-reduce-tagged-1x2.txt")).unwrap();
+    assert_eq!(run.collective.as_deref(), Some("all_reduce"));
+    assert_eq!(run.ranks(), Some(2));
+    assert_eq!(run.ranks_per_host(), Some(2));
+    assert_eq!(run.gpu(), Some("NVIDIA GeForce RTX 5090"));
+    assert_eq!(run.rows.len(), 8);
+    assert_eq!(run.rows[2].bytes, 4_194_304);
+    assert_eq!(run.rows[2].out_of_place_us, 4375.00);
+}
+
+#[test]
+fn tables_cut_from_their_header_and_zero_byte_rows() {
+    let run = parse_nccl_tests(&sample("h800-all-reduce-1x8.txt")).unwrap();
+    assert_eq!(run.ranks(), None);
+    assert_eq!(run.rows.len(), 31);
+    // all-to-all prints its smallest sizes as 0 bytes: nothing to fit.
+    let run = parse_nccl_tests(&sample("h800-alltoall-4x8.txt")).unwrap();
+    assert_eq!(run.rows.len(), 27);
+    assert_eq!(run.rows[0].bytes, 128);
+}
+
+#[test]
+fn other_formats_are_refused() {
+    let readme = sample("README.md");
+    let err = parse_nccl_tests(&readme).unwrap_err();
+    assert!(err.message.starts_with("not nccl-tests output"), "{err}");
+    let json =
+        r#"{"traceEvents": [{"name": "ncclKernel_AllReduce_RING_LL_Sum_float", "ph": "X"}]}"#;
+    assert!(parse_nccl_tests(json).is_err());
+}

@@ -1,0 +1,244 @@
+//! `tessel calibrate TRACE... --spec SPEC [-o cluster.cal.json] [--explain]`: the cost model's
+//! primitives refitted to measurements from the user's own cluster. Reads nccl-tests output
+//! today; the collective, rank count and ranks per node come from the output's device list and
+//! test name, else from the file name and the options.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tessel_grammar::Spec;
+use tessel_interop::traces::{parse_nccl_tests, NcclTestsRun};
+use tessel_symbolic::calibration::{calibrate_collectives, CalibrationInput, ClusterCalibration};
+use tessel_symbolic::primitives::{Collective, CollectiveMeasurement, CollectiveParams, Links};
+
+use super::{load_spec, write_output, EXIT_BAD_INPUT};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Measurement files: nccl-tests output (`all_reduce_perf`, `all_gather_perf`,
+    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`).
+    #[arg(required = true)]
+    pub traces: Vec<PathBuf>,
+    /// The spec whose cluster was measured (its GPUs and links).
+    #[arg(long)]
+    pub spec: PathBuf,
+    /// Where to write the calibration (JSON); standard output without it.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// The collective, for output that does not name its test and a file name that does not
+    /// say it (`all_reduce`, `all_gather`, `reduce_scatter`, `alltoall`, `sendrecv`).
+    #[arg(long)]
+    pub collective: Option<String>,
+    /// Ranks of the run, for output without its `# Using devices` list.
+    #[arg(long)]
+    pub ranks: Option<u64>,
+    /// Ranks per node, for output without its device list (default: the cluster's GPUs per
+    /// node, at most the ranks).
+    #[arg(long)]
+    pub per_node: Option<u64>,
+    /// Print every parameter before and after, and which stopped on its range's bound.
+    #[arg(long)]
+    pub explain: bool,
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let spec = match load_spec(&args.spec) {
+        Ok(spec) => spec,
+        Err(code) => return code,
+    };
+    let mut inputs = Vec::new();
+    let mut measurements = Vec::new();
+    for path in &args.traces {
+        match read_trace(path, args, &spec) {
+            Ok((input, rows)) => {
+                inputs.push(input);
+                measurements.extend(rows);
+            }
+            Err(message) => {
+                eprintln!("error: {}: {message}", path.display());
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    }
+    let calibration = calibrate_collectives(
+        &spec.cluster.name,
+        inputs,
+        &measurements,
+        &CollectiveParams::default(),
+    );
+    let json = serde_json::to_string_pretty(&calibration).expect("a calibration serialises") + "\n";
+    let Some(output) = &args.output else {
+        return write_output(None, &json);
+    };
+    let code = write_output(Some(output), &json);
+    if code == ExitCode::SUCCESS {
+        print!("{}", summary(&calibration, args.explain));
+        println!("wrote {}", output.display());
+    }
+    code
+}
+
+/// One file's measurements, with what they were measured on.
+fn read_trace(
+    path: &Path,
+    args: &Args,
+    spec: &Spec,
+) -> Result<(CalibrationInput, Vec<CollectiveMeasurement>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let run = parse_nccl_tests(&text).map_err(|e| e.to_string())?;
+    let file = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    );
+    let kind = collective_of(&run, &file, args.collective.as_deref())?;
+    let ranks = run.ranks().or(args.ranks).ok_or_else(|| {
+        "the output has no `# Using devices` list, so its rank count is unknown; give --ranks N"
+            .to_string()
+    })?;
+    let per_node = run
+        .ranks_per_host()
+        .or(args.per_node)
+        .unwrap_or(spec.cluster.gpus_per_node)
+        .min(ranks)
+        .max(1);
+    if ranks < 2 {
+        return Err(format!(
+            "{ranks} rank: a collective needs two or more to measure anything"
+        ));
+    }
+    let links = Links {
+        intra_bandwidth: spec.cluster.intra_node.bandwidth,
+        inter_bandwidth: spec.cluster.inter_node.bandwidth,
+    };
+    let rows = run
+        .rows
+        .iter()
+        .map(|row| CollectiveMeasurement {
+            source: file.clone(),
+            system: spec.cluster.name.clone(),
+            kind,
+            ranks: ranks as f64,
+            per_node: per_node as f64,
+            bytes: row.bytes as f64,
+            links,
+            seconds: row.out_of_place_us * 1e-6,
+            reported_degraded: false,
+        })
+        .collect::<Vec<_>>();
+    let input = CalibrationInput {
+        file,
+        kind: "nccl-tests".to_string(),
+        collective: kind.name().to_string(),
+        ranks,
+        ranks_per_node: per_node,
+        rows: rows.len(),
+    };
+    Ok((input, rows))
+}
+
+/// The collective: the option, else the test's name in the output, else the file's name.
+fn collective_of(
+    run: &NcclTestsRun,
+    file: &str,
+    option: Option<&str>,
+) -> Result<Collective, String> {
+    const NAMES: &str = "all_reduce, all_gather, reduce_scatter, alltoall or sendrecv";
+    if let Some(name) = option.or(run.collective.as_deref()) {
+        return Collective::from_name(name)
+            .ok_or_else(|| format!("`{name}` is not a collective Tessel models ({NAMES})"));
+    }
+    let flat: String = file
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    [
+        ("allreduce", Collective::AllReduce),
+        ("allgather", Collective::AllGather),
+        ("reducescatter", Collective::ReduceScatter),
+        ("alltoall", Collective::AllToAll),
+        ("all2all", Collective::AllToAll),
+        ("sendrecv", Collective::SendRecv),
+    ]
+    .into_iter()
+    .find(|(needle, _)| flat.contains(needle))
+    .map(|(_, kind)| kind)
+    .ok_or_else(|| {
+        format!(
+            "neither the output nor the file name says which collective it measured; give \
+             --collective ({NAMES})"
+        )
+    })
+}
+
+/// What the calibration did, for the terminal.
+fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
+    let fit = &calibration.fit;
+    let mut out = format!(
+        "calibrated cluster {} from {} file{} ({} measurements)\n",
+        calibration.cluster,
+        calibration.inputs.len(),
+        if calibration.inputs.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
+        fit.rows
+    );
+    for input in &calibration.inputs {
+        out.push_str(&format!(
+            "  {}: {} {}, {} ranks ({} per node), {} rows\n",
+            input.file, input.kind, input.collective, input.ranks, input.ranks_per_node, input.rows
+        ));
+    }
+    out.push_str(&format!(
+        "  median error {:.1} % with the committed collective parameters, {:.1} % fitted\n",
+        100.0 * fit.median_error_before,
+        100.0 * fit.median_error_after
+    ));
+    let on_bound: Vec<&str> = fit
+        .parameters
+        .iter()
+        .filter(|p| p.on_bound)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !on_bound.is_empty() {
+        out.push_str(&format!(
+            "  on the bound of its range: {} (the measurements would take it further)\n",
+            on_bound.join(", ")
+        ));
+    }
+    if explain {
+        out.push_str(&format!(
+            "  {:<18} {:>12} {:>12} {:>12}  range\n",
+            "parameter", "committed", "fitted", "moved"
+        ));
+        for p in &fit.parameters {
+            let moved = if p.before != 0.0 {
+                format!("{:+.1} %", 100.0 * (p.after / p.before - 1.0))
+            } else {
+                "-".to_string()
+            };
+            out.push_str(&format!(
+                "  {:<18} {:>12} {:>12} {:>12}  {}–{}{}\n",
+                p.name,
+                value(&p.name, p.before),
+                value(&p.name, p.after),
+                moved,
+                value(&p.name, p.low),
+                value(&p.name, p.high),
+                if p.on_bound { "  on bound" } else { "" }
+            ));
+        }
+    }
+    out
+}
+
+/// Seconds in microseconds, fractions as they are.
+fn value(name: &str, v: f64) -> String {
+    if name.ends_with("_s") {
+        format!("{:.2} us", v * 1e6)
+    } else {
+        format!("{v:.3}")
+    }
+}
