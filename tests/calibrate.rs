@@ -87,3 +87,83 @@ fn foreign_files_are_refused_with_a_reason() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read it"));
 }
+
+/// The calibrated A3 Mega spec, its cluster file and its calibration, copied to `dir`.
+fn calibrated_copy(dir: &std::path::Path) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let spec = std::fs::read_to_string(root.join("tests/specs/a3mega-h100-16-calibrated.tsl"))
+        .unwrap()
+        .replace("../../specs/clusters/dgx-h100.tsl", "dgx-h100.tsl");
+    std::fs::copy(
+        root.join("specs/clusters/dgx-h100.tsl"),
+        dir.join("dgx-h100.tsl"),
+    )
+    .unwrap();
+    std::fs::copy(
+        root.join("tests/specs/a3mega-16.cal.json"),
+        dir.join("a3mega-16.cal.json"),
+    )
+    .unwrap();
+    let path = dir.join("spec.tsl");
+    std::fs::write(&path, spec).unwrap();
+    path
+}
+
+#[test]
+fn a_spec_with_a_calibration_predicts_with_it_and_says_so() {
+    let text = stdout(&tessel(&[
+        "estimate",
+        "tests/specs/a3mega-h100-16-calibrated.tsl",
+    ]));
+    assert!(
+        text.contains("cluster calibration       a3mega-16.cal.json (NCCL collectives; sha256 "),
+        "{text}"
+    );
+    // The same spec without its calibration predicts other collective times.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let spec = calibrated_copy(dir.path());
+    let calibrated = tessel_grammar::load_file(&spec).unwrap();
+    let mut published = calibrated.clone();
+    published.cluster.calibration = None;
+    let strategy = &calibrated.strategies[0];
+    let dp_comm = |spec: &tessel_grammar::Spec| {
+        let model = tessel_symbolic::cost::CostModel::new(spec).unwrap();
+        model.estimate(strategy).unwrap().time.dp_comm
+    };
+    let (with, without) = (dp_comm(&calibrated), dp_comm(&published));
+    assert!((with / without - 1.0).abs() > 0.05, "{with} vs {without}");
+    let file = calibrated.cluster.calibration.as_ref().unwrap();
+    let written: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("a3mega-16.cal.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        file.collectives["inter_efficiency"],
+        written["collectives"]["inter_efficiency"].as_f64().unwrap()
+    );
+}
+
+#[test]
+fn a_changed_calibration_makes_the_plan_stale() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let spec = calibrated_copy(dir.path());
+    let spec = spec.to_str().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan = plan.to_str().unwrap();
+    let text = stdout(&tessel(&["plan", spec, "-o", plan]));
+    assert!(text.contains("  calibration  a3mega-16.cal.json"), "{text}");
+    let output = tessel(&["plan", spec, "--check", plan]);
+    assert_eq!(output.status.code(), Some(0));
+    let cal = dir.path().join("a3mega-16.cal.json");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    value["collectives"]["inter_efficiency"] = serde_json::json!(0.5);
+    std::fs::write(&cal, serde_json::to_string_pretty(&value).unwrap()).unwrap();
+    let output = tessel(&["plan", spec, "--check", plan]);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}

@@ -62,6 +62,14 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
         gpus.insert(def.name.clone(), lowered);
     }
 
+    // Files a spec names (a cluster's calibration) are relative to the spec itself.
+    let spec_dir = sources
+        .files
+        .get(ROOT_FILE)
+        .and_then(|f| f.path.as_ref())
+        .and_then(|p| p.parent())
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
     let mut clusters: HashMap<String, Option<ClusterSpec>> = HashMap::new();
     let mut cluster_list = Vec::new();
     for index in resolver.indices(Kind::Cluster) {
@@ -73,7 +81,7 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
                 None => GpuLookup::Unknown(resolver.unknown(Kind::Gpu, name, "")),
             };
             let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
-            cluster::lower(&def.name, &mut f, &find_gpu)
+            cluster::lower(&def.name, &mut f, &find_gpu, &spec_dir)
         });
         if let Some(c) = &lowered {
             cluster_list.push(c.clone());

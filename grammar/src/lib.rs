@@ -14,6 +14,7 @@
 mod assemble;
 mod ast;
 mod blocks;
+mod calibration_file;
 mod chunks;
 mod diagnostic;
 mod eval;
@@ -35,6 +36,7 @@ pub use blocks::cluster::{
     DEFAULT_HOST_LINK, DEFAULT_HOST_MEMORY_PER_GPU_MEMORY, DEFAULT_INTER_NODE_LATENCY,
     DEFAULT_INTRA_NODE_LATENCY,
 };
+pub use calibration_file::{read_calibration_file, CALIBRATION_FORMAT};
 pub use chunks::{empty_chunk_error, stage_chunks, stage_totals};
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use frameworks::{

@@ -156,6 +156,33 @@ pub struct ClusterSpec {
     pub host_link: f64,
     /// Host memory per node in bytes.
     pub host_memory: f64,
+    /// Primitive costs measured on this cluster (`calibration = "cluster.cal.json"`, written by
+    /// `tessel calibrate`); absent: the published calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationFile>,
+}
+
+/// A cluster's calibration file, read when the spec is loaded: what the cost model takes from
+/// it and how to tell when it changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationFile {
+    /// The path as the spec writes it, relative to the spec.
+    pub path: String,
+    /// SHA-256 of the file's bytes, hex.
+    pub digest: String,
+    /// NCCL's collective parameters it fitted, by name (the cost model's `CollectiveParams`).
+    pub collectives: std::collections::BTreeMap<String, f64>,
+}
+
+impl CalibrationFile {
+    /// As messages name it: `cluster.cal.json (NCCL collectives; sha256 1a2b3c4d)`.
+    pub fn label(&self) -> String {
+        format!(
+            "{} (NCCL collectives; sha256 {})",
+            self.path,
+            &self.digest[..self.digest.len().min(8)]
+        )
+    }
 }
 
 impl ClusterSpec {

@@ -40,6 +40,7 @@ fn h100_cluster(nodes: u64) -> ClusterSpec {
         },
         host_link: 55e9,
         host_memory: 2e12,
+        calibration: None,
     }
 }
 

@@ -149,6 +149,9 @@ pub fn render_table(plan: &Plan) -> String {
         plan.solver.objective_s,
         ranked_by(plan)
     );
+    if let Some(file) = &plan.spec.cluster.calibration {
+        let _ = writeln!(out, "  calibration  {}", file.label());
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,

@@ -62,6 +62,7 @@ fn spec() -> Spec {
             },
             host_link: 25e9,
             host_memory: 2e12,
+            calibration: None,
         },
         train: TrainSpec {
             seq_len: 2048,

@@ -65,6 +65,7 @@ fn selene(nodes: u64) -> ClusterSpec {
         },
         host_link: 25e9,
         host_memory: 1e12,
+        calibration: None,
     }
 }
 

@@ -1,8 +1,12 @@
 //! `cluster` blocks, and the defaults of what a cluster may leave out.
 
+use std::path::Path;
+
 use crate::ast::Name;
 use crate::blocks::gpu::GpuDef;
+use crate::calibration_file::read_calibration_file;
 use crate::diagnostic::Problem;
+use crate::eval::Value;
 use crate::fields::Fields;
 use crate::spec::{ClusterSpec, Link};
 use crate::units::Dim;
@@ -15,6 +19,7 @@ pub const FIELDS: &[&str] = &[
     "inter_node",
     "host_link",
     "host_memory",
+    "calibration",
 ];
 
 const LINK_FIELDS: &[&str] = &["bandwidth", "latency"];
@@ -46,6 +51,7 @@ pub fn lower<'a>(
     name: &str,
     f: &mut Fields,
     find_gpu: &dyn Fn(&Name) -> GpuLookup<'a>,
+    spec_dir: &Path,
 ) -> Option<ClusterSpec> {
     let before = f.problems.len();
     f.reject_unknown(FIELDS);
@@ -79,6 +85,24 @@ pub fn lower<'a>(
     );
     let host_link = f.quantity("host_link", Dim::BANDWIDTH, true);
     let host_memory = f.quantity("host_memory", Dim::SIZE, true);
+    let calibration = f.get("calibration").cloned().and_then(|v| match &v.value {
+        Value::Str(written) => read_calibration_file(written, spec_dir)
+            .map_err(|message| {
+                f.problems.push(Problem::new(v.span, message).with_help(
+                    "write it with `tessel calibrate TRACE... --spec SPEC -o cluster.cal.json`; \
+                     the path is relative to the spec",
+                ))
+            })
+            .ok(),
+        Value::Invalid => None,
+        _ => {
+            f.problems.push(
+                Problem::new(v.span, "`calibration` takes a file name in quotes")
+                    .with_help("calibration = \"cluster.cal.json\""),
+            );
+            None
+        }
+    });
     if let (Some(n), Some(g)) = (nodes, gpus_per_node) {
         if u128::from(n) * u128::from(g) > u128::from(MAX_GPUS) {
             f.problems.push(Problem::new(
@@ -109,6 +133,7 @@ pub fn lower<'a>(
         host_memory: host_memory
             .unwrap_or(DEFAULT_HOST_MEMORY_PER_GPU_MEMORY * gpus_per_node as f64 * gpu.spec.memory),
         gpu: gpu.spec.clone(),
+        calibration,
     })
 }
 

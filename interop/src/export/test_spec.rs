@@ -48,6 +48,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             },
             host_link: 55e9,
             host_memory: 2e12,
+            calibration: None,
         },
         train: TrainSpec {
             seq_len: 2048,

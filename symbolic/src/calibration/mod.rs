@@ -13,8 +13,7 @@ use crate::primitives::fit::{
 };
 use crate::primitives::{CollectiveMeasurement, CollectiveParams};
 
-/// The `format` of the files this version writes and reads.
-pub const CALIBRATION_FORMAT: &str = "tessel-calibration/1";
+pub use tessel_grammar::CALIBRATION_FORMAT;
 
 /// A calibration of one cluster.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

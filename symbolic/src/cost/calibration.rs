@@ -217,6 +217,24 @@ pub struct Calibration {
     pub logits_bytes_per_element: f64,
 }
 
+impl Calibration {
+    /// The committed calibration, with NCCL's parameters from the cluster's calibration file
+    /// (`cluster { calibration = "…" }`, written by `tessel calibrate`) when it has one.
+    pub fn for_spec(spec: &tessel_grammar::Spec) -> Result<Calibration, super::CostError> {
+        let mut calibration = Calibration::default();
+        if let Some(file) = &spec.cluster.calibration {
+            let values = serde_json::to_value(&file.collectives).expect("numbers serialise");
+            calibration.collectives = serde_json::from_value(values).map_err(|error| {
+                super::CostError::spec(format!(
+                    "calibration `{}`: its collectives are not this version's ({error})",
+                    file.path
+                ))
+            })?;
+        }
+        Ok(calibration)
+    }
+}
+
 impl Default for Calibration {
     fn default() -> Self {
         Calibration {

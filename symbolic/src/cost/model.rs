@@ -42,9 +42,10 @@ pub struct CostModel {
 }
 
 impl CostModel {
-    /// Builds the model with the committed calibration.
+    /// Builds the model with the committed calibration, and the collectives of the cluster's
+    /// own calibration file when it has one.
     pub fn new(spec: &Spec) -> Result<CostModel, CostError> {
-        CostModel::with_calibration(spec, Calibration::default())
+        CostModel::with_calibration(spec, Calibration::for_spec(spec)?)
     }
 
     /// Builds the model with explicit global calibration parameters (used by calibration and

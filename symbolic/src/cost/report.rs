@@ -246,6 +246,9 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
     if let Some(interval) = est.interval.as_ref() {
         let _ = writeln!(out, "{:<26}{}", "interval from", interval_basis(interval));
     }
+    if let Some(file) = &spec.cluster.calibration {
+        let _ = writeln!(out, "{:<26}{}", "cluster calibration", file.label());
+    }
     out.push_str("\ntime per step (s)\n");
     let t = &est.time;
     for (name, value) in [

@@ -86,6 +86,7 @@ pub struct Links {
 /// NCCL's behaviour on those links, calibrated on nccl-tests measurements
 /// (`fit::fit_collectives`, table in `docs/VALIDATION.md`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CollectiveParams {
     /// Fixed cost of one call: kernel launch, the first synchronisation, seconds.
     pub call_latency_s: f64,

@@ -192,5 +192,6 @@ pub fn cluster_for(source: &str, gpu_column: &str, gpu: GpuSpec, gpus: u64) -> C
         },
         host_link: fabric.host * GB,
         host_memory: 1024.0 * GIB,
+        calibration: None,
     }
 }
