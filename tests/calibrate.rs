@@ -21,12 +21,16 @@ fn a_two_node_sweep_fits_the_collectives_closer_than_the_published_fit() {
     assert_eq!(cal["format"], "tessel-calibration/1");
     assert_eq!(cal["cluster"], "a3mega_16");
     let input = &cal["inputs"][0];
-    assert_eq!(input["collective"], "all_reduce");
+    assert_eq!(input["measures"], "all_reduce");
     assert_eq!(input["ranks"], 16);
     assert_eq!(input["ranks_per_node"], 8);
     assert_eq!(input["rows"], 31);
-    let before = cal["fit"]["median_error_before"].as_f64().unwrap();
-    let after = cal["fit"]["median_error_after"].as_f64().unwrap();
+    let before = cal["collectives_fit"]["median_error_before"]
+        .as_f64()
+        .unwrap();
+    let after = cal["collectives_fit"]["median_error_after"]
+        .as_f64()
+        .unwrap();
     assert!(after < 0.6 * before, "{before} → {after}");
     assert!(after < 0.2, "{after}");
     // Same input, same bytes.
@@ -56,7 +60,30 @@ fn explain_names_the_parameters_and_the_file_is_written() {
     }
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
-    assert_eq!(written["fit"]["rows"], 31);
+    assert_eq!(written["collectives_fit"]["rows"], 31);
+}
+
+#[test]
+fn gemm_timings_fit_the_gemm_primitive_beside_the_collectives() {
+    let cal = calibration(&[
+        A3MEGA,
+        "tests/traces/gemm/h100-cublas-fp16.csv",
+        "--spec",
+        SPEC,
+    ]);
+    assert_eq!(cal["inputs"][1]["kind"], "gemm-csv");
+    assert_eq!(cal["inputs"][1]["rows"], 28);
+    let fit = &cal["gemm_fit"];
+    let before = fit["median_error_before"].as_f64().unwrap();
+    let after = fit["median_error_after"].as_f64().unwrap();
+    assert!(after < 0.5 * before, "{before} → {after}");
+    assert!(cal["gemm"]["efficiency"].as_f64().is_some());
+    assert!(cal["collectives"]["call_latency_s"].as_f64().is_some());
+    // A CSV that is not GEMM timings.
+    let output = tessel(&["calibrate", "data/regimes/runs.csv", "--spec", SPEC]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a GEMM timing CSV"), "{stderr}");
 }
 
 #[test]
@@ -67,7 +94,7 @@ fn a_table_without_its_device_list_needs_the_rank_count() {
     assert!(stderr.contains("give --ranks N"), "{stderr}");
     // The collective comes from the file name.
     let cal = calibration(&[H800_TABLE, "--spec", SPEC, "--ranks", "8"]);
-    assert_eq!(cal["inputs"][0]["collective"], "all_reduce");
+    assert_eq!(cal["inputs"][0]["measures"], "all_reduce");
     assert_eq!(cal["inputs"][0]["ranks_per_node"], 8);
 }
 
@@ -166,4 +193,35 @@ fn a_changed_calibration_makes_the_plan_stale() {
         "{}",
         String::from_utf8_lossy(&output.stdout)
     );
+}
+
+#[test]
+fn a_gemm_calibration_changes_the_compute_prediction() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let spec = calibrated_copy(dir.path());
+    let cal = dir.path().join("a3mega-16.cal.json");
+    stdout(&tessel(&[
+        "calibrate",
+        A3MEGA,
+        "tests/traces/gemm/h100-cublas-fp16.csv",
+        "--spec",
+        SPEC,
+        "-o",
+        cal.to_str().unwrap(),
+    ]));
+    let calibrated = tessel_grammar::load_file(&spec).unwrap();
+    let file = calibrated.cluster.calibration.as_ref().unwrap();
+    assert!(
+        file.label().contains("NCCL collectives, GEMMs"),
+        "{}",
+        file.label()
+    );
+    let mut published = calibrated.clone();
+    published.cluster.calibration = None;
+    let compute = |spec: &tessel_grammar::Spec| {
+        let model = tessel_symbolic::cost::CostModel::new(spec).unwrap();
+        model.estimate(&spec.strategies[0]).unwrap().time.compute
+    };
+    let (with, without) = (compute(&calibrated), compute(&published));
+    assert!((with / without - 1.0).abs() > 0.01, "{with} vs {without}");
 }

@@ -33,20 +33,30 @@ pub fn read_calibration_file(written: &str, base: &Path) -> Result<CalibrationFi
              file written by `tessel calibrate`)"
         ));
     }
-    let collectives = value
-        .get("collectives")
-        .and_then(|c| c.as_object())
-        .ok_or_else(|| format!("calibration `{written}` has no `collectives` object"))?
-        .iter()
-        .map(|(name, v)| {
-            v.as_f64()
-                .filter(|x| x.is_finite())
-                .map(|x| (name.clone(), x))
-                .ok_or_else(|| {
-                    format!("calibration `{written}`: `collectives.{name}` is not a number")
-                })
-        })
-        .collect::<Result<BTreeMap<String, f64>, String>>()?;
+    let section = |key: &str| -> Result<BTreeMap<String, f64>, String> {
+        let Some(object) = value.get(key) else {
+            return Ok(BTreeMap::new());
+        };
+        object
+            .as_object()
+            .ok_or_else(|| format!("calibration `{written}`: `{key}` is not an object"))?
+            .iter()
+            .map(|(name, v)| {
+                v.as_f64()
+                    .filter(|x| x.is_finite())
+                    .map(|x| (name.clone(), x))
+                    .ok_or_else(|| {
+                        format!("calibration `{written}`: `{key}.{name}` is not a number")
+                    })
+            })
+            .collect()
+    };
+    let (collectives, gemm) = (section("collectives")?, section("gemm")?);
+    if collectives.is_empty() && gemm.is_empty() {
+        return Err(format!(
+            "calibration `{written}` calibrates nothing: it has neither `collectives` nor `gemm`"
+        ));
+    }
     let digest = Sha256::digest(&bytes)
         .iter()
         .map(|byte| format!("{byte:02x}"))
@@ -55,5 +65,6 @@ pub fn read_calibration_file(written: &str, base: &Path) -> Result<CalibrationFi
         path: written.to_string(),
         digest,
         collectives,
+        gemm,
     })
 }

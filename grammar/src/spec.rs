@@ -170,16 +170,29 @@ pub struct CalibrationFile {
     pub path: String,
     /// SHA-256 of the file's bytes, hex.
     pub digest: String,
-    /// NCCL's collective parameters it fitted, by name (the cost model's `CollectiveParams`).
+    /// NCCL's collective parameters it fitted, by name (the cost model's `CollectiveParams`);
+    /// empty when it measured no collective.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub collectives: std::collections::BTreeMap<String, f64>,
+    /// The GEMM primitive's parameters it fitted (`GemmParams`); empty when it timed no GEMM.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gemm: std::collections::BTreeMap<String, f64>,
 }
 
 impl CalibrationFile {
-    /// As messages name it: `cluster.cal.json (NCCL collectives; sha256 1a2b3c4d)`.
+    /// As messages name it: `cluster.cal.json (NCCL collectives, GEMMs; sha256 1a2b3c4d)`.
     pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.collectives.is_empty() {
+            parts.push("NCCL collectives");
+        }
+        if !self.gemm.is_empty() {
+            parts.push("GEMMs");
+        }
         format!(
-            "{} (NCCL collectives; sha256 {})",
+            "{} ({}; sha256 {})",
             self.path,
+            parts.join(", "),
             &self.digest[..self.digest.len().min(8)]
         )
     }

@@ -1,22 +1,30 @@
 //! `tessel calibrate TRACE... --spec SPEC [-o cluster.cal.json] [--explain]`: the cost model's
 //! primitives refitted to measurements from the user's own cluster. Reads nccl-tests output
-//! today; the collective, rank count and ranks per node come from the output's device list and
-//! test name, else from the file name and the options.
+//! (the collective, rank count and ranks per node come from the output's device list and test
+//! name, else from the file name and the options) and CSVs of GEMM timings (`*.csv`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tessel_grammar::Spec;
-use tessel_interop::traces::{parse_nccl_tests, NcclTestsRun};
-use tessel_symbolic::calibration::{calibrate_collectives, CalibrationInput, ClusterCalibration};
-use tessel_symbolic::primitives::{Collective, CollectiveMeasurement, CollectiveParams, Links};
+use tessel_interop::traces::{parse_gemm_csv, parse_nccl_tests, NcclTestsRun};
+use tessel_symbolic::calibration::{
+    fit_cluster_collectives, fit_cluster_gemms, CalibrationInput, ClusterCalibration, PrimitiveFit,
+    CALIBRATION_FORMAT,
+};
+use tessel_symbolic::cost::GpuGeneration;
+use tessel_symbolic::primitives::{
+    sm_count, Collective, CollectiveMeasurement, CollectiveParams, GemmDevice, GemmMeasurement,
+    GemmParams, Links,
+};
 
 use super::{load_spec, write_output, EXIT_BAD_INPUT};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Measurement files: nccl-tests output (`all_reduce_perf`, `all_gather_perf`,
-    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`).
+    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`), or a `.csv` of GEMM timings
+    /// (columns m, n, k and time_us, time_ms or tflops).
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// The spec whose cluster was measured (its GPUs and links).
@@ -47,25 +55,49 @@ pub fn run(args: &Args) -> ExitCode {
         Err(code) => return code,
     };
     let mut inputs = Vec::new();
-    let mut measurements = Vec::new();
+    let mut collectives = Vec::new();
+    let mut gemms = Vec::new();
     for path in &args.traces {
-        match read_trace(path, args, &spec) {
-            Ok((input, rows)) => {
-                inputs.push(input);
-                measurements.extend(rows);
-            }
+        let read = if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+        {
+            read_gemm_csv(path, &spec).map(|(input, rows)| {
+                gemms.extend(rows);
+                input
+            })
+        } else {
+            read_nccl_tests(path, args, &spec).map(|(input, rows)| {
+                collectives.extend(rows);
+                input
+            })
+        };
+        match read {
+            Ok(input) => inputs.push(input),
             Err(message) => {
                 eprintln!("error: {}: {message}", path.display());
                 return ExitCode::from(EXIT_BAD_INPUT);
             }
         }
     }
-    let calibration = calibrate_collectives(
-        &spec.cluster.name,
-        inputs,
-        &measurements,
-        &CollectiveParams::default(),
+    let (collectives, collectives_fit) = split(
+        (!collectives.is_empty())
+            .then(|| fit_cluster_collectives(&collectives, &CollectiveParams::default())),
     );
+    let generation = GpuGeneration::from_name(&spec.cluster.gpu.name);
+    let (gemm, gemm_fit) = split(
+        (!gemms.is_empty())
+            .then(|| fit_cluster_gemms(&gemms, &GemmParams::for_generation(generation))),
+    );
+    let calibration = ClusterCalibration {
+        format: CALIBRATION_FORMAT.to_string(),
+        cluster: spec.cluster.name.clone(),
+        inputs,
+        collectives,
+        collectives_fit,
+        gemm,
+        gemm_fit,
+    };
     let json = serde_json::to_string_pretty(&calibration).expect("a calibration serialises") + "\n";
     let Some(output) = &args.output else {
         return write_output(None, &json);
@@ -78,8 +110,62 @@ pub fn run(args: &Args) -> ExitCode {
     code
 }
 
-/// One file's measurements, with what they were measured on.
-fn read_trace(
+fn split<T>(fitted: Option<(T, PrimitiveFit)>) -> (Option<T>, Option<PrimitiveFit>) {
+    match fitted {
+        Some((params, fit)) => (Some(params), Some(fit)),
+        None => (None, None),
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    )
+}
+
+/// A CSV's GEMM timings, on the spec's GPU.
+fn read_gemm_csv(
+    path: &Path,
+    spec: &Spec,
+) -> Result<(CalibrationInput, Vec<GemmMeasurement>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let timings = parse_gemm_csv(&text).map_err(|e| e.to_string())?;
+    let file = file_name(path);
+    let gpu = &spec.cluster.gpu;
+    let rows: Vec<GemmMeasurement> = timings
+        .iter()
+        .map(|t| GemmMeasurement {
+            source: file.clone(),
+            gpu: gpu.name.clone(),
+            m: t.m as f64,
+            n: t.n as f64,
+            k: t.k as f64,
+            device: GemmDevice {
+                peak_flops: if t.dtype == "fp16" {
+                    gpu.peak.fp16
+                } else {
+                    gpu.peak.bf16
+                },
+                memory_bandwidth: gpu.hbm_bandwidth,
+                sms: sm_count(&gpu.name),
+            },
+            seconds: t.seconds,
+        })
+        .collect();
+    let input = CalibrationInput {
+        file,
+        kind: "gemm-csv".to_string(),
+        measures: "gemm".to_string(),
+        ranks: None,
+        ranks_per_node: None,
+        rows: rows.len(),
+    };
+    Ok((input, rows))
+}
+
+/// One nccl-tests file's measurements, with what they were measured on.
+fn read_nccl_tests(
     path: &Path,
     args: &Args,
     spec: &Spec,
@@ -128,9 +214,9 @@ fn read_trace(
     let input = CalibrationInput {
         file,
         kind: "nccl-tests".to_string(),
-        collective: kind.name().to_string(),
-        ranks,
-        ranks_per_node: per_node,
+        measures: kind.name().to_string(),
+        ranks: Some(ranks),
+        ranks_per_node: Some(per_node),
         rows: rows.len(),
     };
     Ok((input, rows))
@@ -173,9 +259,9 @@ fn collective_of(
 
 /// What the calibration did, for the terminal.
 fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
-    let fit = &calibration.fit;
+    let rows: usize = calibration.inputs.iter().map(|i| i.rows).sum();
     let mut out = format!(
-        "calibrated cluster {} from {} file{} ({} measurements)\n",
+        "calibrated cluster {} from {} file{} ({rows} measurements)\n",
         calibration.cluster,
         calibration.inputs.len(),
         if calibration.inputs.len() == 1 {
@@ -183,19 +269,34 @@ fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
         } else {
             "s"
         },
-        fit.rows
     );
     for input in &calibration.inputs {
+        let placement = match (input.ranks, input.ranks_per_node) {
+            (Some(ranks), Some(per_node)) => format!(", {ranks} ranks ({per_node} per node)"),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "  {}: {} {}, {} ranks ({} per node), {} rows\n",
-            input.file, input.kind, input.collective, input.ranks, input.ranks_per_node, input.rows
+            "  {}: {} {}{placement}, {} rows\n",
+            input.file, input.kind, input.measures, input.rows
         ));
     }
-    out.push_str(&format!(
-        "  median error {:.1} % with the committed collective parameters, {:.1} % fitted\n",
+    for (what, fit) in [
+        ("collective", &calibration.collectives_fit),
+        ("GEMM", &calibration.gemm_fit),
+    ] {
+        if let Some(fit) = fit {
+            out.push_str(&fit_summary(what, fit, explain));
+        }
+    }
+    out
+}
+
+fn fit_summary(what: &str, fit: &PrimitiveFit, explain: bool) -> String {
+    let mut out = format!(
+        "  {what} median error {:.1} % with the committed parameters, {:.1} % fitted\n",
         100.0 * fit.median_error_before,
         100.0 * fit.median_error_after
-    ));
+    );
     let on_bound: Vec<&str> = fit
         .parameters
         .iter()
@@ -204,13 +305,13 @@ fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
         .collect();
     if !on_bound.is_empty() {
         out.push_str(&format!(
-            "  on the bound of its range: {} (the measurements would take it further)\n",
+            "    on the bound of its range: {} (the measurements would take it further)\n",
             on_bound.join(", ")
         ));
     }
     if explain {
         out.push_str(&format!(
-            "  {:<18} {:>12} {:>12} {:>12}  range\n",
+            "    {:<18} {:>12} {:>12} {:>12}  range\n",
             "parameter", "committed", "fitted", "moved"
         ));
         for p in &fit.parameters {
@@ -220,7 +321,7 @@ fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
                 "-".to_string()
             };
             out.push_str(&format!(
-                "  {:<18} {:>12} {:>12} {:>12}  {}–{}{}\n",
+                "    {:<18} {:>12} {:>12} {:>12}  {}–{}{}\n",
                 p.name,
                 value(&p.name, p.before),
                 value(&p.name, p.after),

@@ -1,10 +1,28 @@
 //! Parsers of measurements other tools write, for `tessel calibrate`: each reads one format
 //! into typed rows and rejects anything else with the line that gave it away.
 //!
-//! - [`nccl_tests`]: the output of NVIDIA's nccl-tests (`all_reduce_perf`, ...).
+//! - [`nccl_tests`]: the output of NVIDIA's nccl-tests (`all_reduce_perf`, ...);
+//! - [`gemm_csv`]: a CSV of GEMM timings (`m,n,k` and a time or a rate).
 
+pub mod gemm_csv;
 pub mod nccl_tests;
 
-pub use nccl_tests::{
-    parse_nccl_tests, NcclTestsDevice, NcclTestsError, NcclTestsRow, NcclTestsRun,
-};
+use std::fmt;
+
+pub use gemm_csv::{parse_gemm_csv, GemmTiming};
+pub use nccl_tests::{parse_nccl_tests, NcclTestsDevice, NcclTestsRow, NcclTestsRun};
+
+/// Why a file is not what its parser reads, with the line (1-based) where that became clear.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceError {
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for TraceError {}

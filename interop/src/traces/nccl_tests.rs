@@ -9,7 +9,7 @@
 //! with `[1,0]<stdout>:`, and NCCL's own log lines may fall between rows: both are read past.
 //! Samples: `tests/traces/nccl-tests/`.
 
-use std::fmt;
+use super::TraceError;
 
 /// One GPU of the run, from the `# Using devices` list.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,27 +64,12 @@ impl NcclTestsRun {
     }
 }
 
-/// Why a file is not nccl-tests output, with the line (1-based) where that became clear.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NcclTestsError {
-    pub line: usize,
-    pub message: String,
-}
-
-impl fmt::Display for NcclTestsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
-    }
-}
-
-impl std::error::Error for NcclTestsError {}
-
 /// The columns every results table has, in order, for one placement.
 const PLACEMENT_COLUMNS: [&str; 4] = ["time", "algbw", "busbw", "#wrong"];
 const LEADING_COLUMNS: [&str; 5] = ["size", "count", "type", "redop", "root"];
 
 /// Reads nccl-tests output.
-pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, NcclTestsError> {
+pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, TraceError> {
     let mut collective = None;
     let mut devices = Vec::new();
     let mut columns: Option<usize> = None;
@@ -94,7 +79,7 @@ pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, NcclTestsError> {
         let number = index + 1;
         last_line = number;
         let line = without_mpi_tag(raw).trim();
-        let error = |message: String| NcclTestsError {
+        let error = |message: String| TraceError {
             line: number,
             message,
         };
@@ -125,7 +110,7 @@ pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, NcclTestsError> {
                 fields.len()
             )));
         }
-        let time = |at: usize| -> Result<f64, NcclTestsError> {
+        let time = |at: usize| -> Result<f64, TraceError> {
             fields[at]
                 .parse::<f64>()
                 .ok()
@@ -157,7 +142,7 @@ pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, NcclTestsError> {
         });
     }
     if columns.is_none() {
-        return Err(NcclTestsError {
+        return Err(TraceError {
             line: last_line.max(1),
             message: "not nccl-tests output: no results table (a `#  size  count  type  redop  \
                       root  time  algbw  busbw  #wrong` header line)"
@@ -165,7 +150,7 @@ pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, NcclTestsError> {
         });
     }
     if rows.is_empty() {
-        return Err(NcclTestsError {
+        return Err(TraceError {
             line: last_line.max(1),
             message: "the results table has no rows with a size above 0".to_string(),
         });

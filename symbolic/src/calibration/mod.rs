@@ -2,16 +2,18 @@
 //! functions refitted to what the user measured on their machines, from the committed values
 //! and inside the same physical ranges as the published fit (`primitives::fit`).
 //!
-//! Today: NCCL's collectives from nccl-tests output. The file written (`cluster.cal.json`,
-//! [`ClusterCalibration`]) records each input, the fitted parameters, how far each moved and
-//! whether it stopped on its range's bound, and the error on the measurements before and after.
+//! Today: NCCL's collectives from nccl-tests output, and the GEMM primitive from a CSV of GEMM
+//! timings. The file written (`cluster.cal.json`, [`ClusterCalibration`]) records each input,
+//! the fitted parameters of each primitive measured, how far each moved and whether it stopped
+//! on its range's bound, and the error on the measurements before and after.
 
 use serde::{Deserialize, Serialize};
 
 use crate::primitives::fit::{
-    collective_values, fit_collectives, predict_collective, relative_error, COLLECTIVE_RANGES,
+    collective_values, fit_collectives, fit_gemms, gemm_values, median, predict_collective,
+    predict_gemm, relative_error, Range, COLLECTIVE_RANGES, GEMM_RANGES,
 };
-use crate::primitives::{CollectiveMeasurement, CollectiveParams};
+use crate::primitives::{CollectiveMeasurement, CollectiveParams, GemmMeasurement, GemmParams};
 
 pub use tessel_grammar::CALIBRATION_FORMAT;
 
@@ -22,27 +24,37 @@ pub struct ClusterCalibration {
     /// The spec's cluster it was measured on.
     pub cluster: String,
     pub inputs: Vec<CalibrationInput>,
-    /// NCCL's parameters on this cluster.
-    pub collectives: CollectiveParams,
-    pub fit: CollectiveFit,
+    /// NCCL's parameters on this cluster, when collectives were measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives: Option<CollectiveParams>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collectives_fit: Option<PrimitiveFit>,
+    /// The GEMM primitive's parameters on this cluster's GPU, when GEMMs were measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm: Option<GemmParams>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_fit: Option<PrimitiveFit>,
 }
 
 /// One measured file.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CalibrationInput {
     pub file: String,
-    /// `nccl-tests`.
+    /// `nccl-tests` or `gemm-csv`.
     pub kind: String,
-    /// `all_reduce`, `all_gather`, `reduce_scatter`, `alltoall`, `sendrecv`.
-    pub collective: String,
-    pub ranks: u64,
-    pub ranks_per_node: u64,
+    /// What it measured: a collective (`all_reduce`, ...), or `gemm`.
+    pub measures: String,
+    /// Ranks and ranks per node of a collective's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks_per_node: Option<u64>,
     pub rows: usize,
 }
 
-/// How the collectives' fit went.
+/// How one primitive's fit went.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CollectiveFit {
+pub struct PrimitiveFit {
     pub rows: usize,
     /// Median |predicted / measured − 1| with the committed parameters.
     pub median_error_before: f64,
@@ -65,29 +77,63 @@ pub struct ParameterMove {
     pub on_bound: bool,
 }
 
-/// Fits NCCL's parameters to `measurements`, starting from `start` (the committed values).
-pub fn calibrate_collectives(
-    cluster: &str,
-    inputs: Vec<CalibrationInput>,
+/// Fits NCCL's parameters to `measurements` from `start` (the committed values).
+pub fn fit_cluster_collectives(
     measurements: &[CollectiveMeasurement],
     start: &CollectiveParams,
-) -> ClusterCalibration {
+) -> (CollectiveParams, PrimitiveFit) {
     let rows: Vec<&CollectiveMeasurement> = measurements.iter().collect();
     let fitted = fit_collectives(&rows, start);
-    let median_error = |params: &CollectiveParams| {
-        let mut errors: Vec<f64> = rows
-            .iter()
-            .map(|r| relative_error(predict_collective(r, params), r.seconds).abs())
-            .collect();
-        crate::primitives::fit::median(&mut errors)
+    let errors = |params: &CollectiveParams| {
+        rows.iter()
+            .map(|r| relative_error(predict_collective(r, params), r.seconds))
+            .collect()
     };
-    let parameters = COLLECTIVE_RANGES
+    let fit = summary(
+        errors(start),
+        errors(&fitted),
+        &COLLECTIVE_RANGES,
+        collective_values(start),
+        collective_values(&fitted),
+    );
+    (fitted, fit)
+}
+
+/// Fits the GEMM primitive to `measurements` from `start` (the committed values for the GPU's
+/// generation).
+pub fn fit_cluster_gemms(
+    measurements: &[GemmMeasurement],
+    start: &GemmParams,
+) -> (GemmParams, PrimitiveFit) {
+    let rows: Vec<&GemmMeasurement> = measurements.iter().collect();
+    let fitted = fit_gemms(&rows, start);
+    let errors = |params: &GemmParams| {
+        rows.iter()
+            .map(|r| relative_error(predict_gemm(r, params), r.seconds))
+            .collect()
+    };
+    let fit = summary(
+        errors(start),
+        errors(&fitted),
+        &GEMM_RANGES,
+        gemm_values(start),
+        gemm_values(&fitted),
+    );
+    (fitted, fit)
+}
+
+fn summary(
+    before: Vec<f64>,
+    after: Vec<f64>,
+    ranges: &[Range],
+    start: Vec<f64>,
+    fitted: Vec<f64>,
+) -> PrimitiveFit {
+    let median_abs =
+        |errors: Vec<f64>| median(&mut errors.iter().map(|e| e.abs()).collect::<Vec<_>>());
+    let parameters = ranges
         .iter()
-        .zip(
-            collective_values(start)
-                .into_iter()
-                .zip(collective_values(&fitted)),
-        )
+        .zip(start.into_iter().zip(fitted))
         .map(|(range, (before, after))| {
             let slack = 1e-3 * (range.high - range.low);
             ParameterMove {
@@ -100,17 +146,11 @@ pub fn calibrate_collectives(
             }
         })
         .collect();
-    ClusterCalibration {
-        format: CALIBRATION_FORMAT.to_string(),
-        cluster: cluster.to_string(),
-        inputs,
-        collectives: fitted,
-        fit: CollectiveFit {
-            rows: rows.len(),
-            median_error_before: median_error(start),
-            median_error_after: median_error(&fitted),
-            parameters,
-        },
+    PrimitiveFit {
+        rows: before.len(),
+        median_error_before: median_abs(before),
+        median_error_after: median_abs(after),
+        parameters,
     }
 }
 
@@ -150,10 +190,10 @@ mod tests {
                 rows.push(row);
             }
         }
-        let cal = calibrate_collectives("test", vec![], &rows, &CollectiveParams::default());
-        assert!(cal.fit.median_error_before > 0.05, "{:?}", cal.fit);
-        assert!(cal.fit.median_error_after < 0.01, "{:?}", cal.fit);
-        let moved = |name: &str| cal.fit.parameters.iter().find(|p| p.name == name).unwrap();
+        let (_, fit) = fit_cluster_collectives(&rows, &CollectiveParams::default());
+        assert!(fit.median_error_before > 0.05, "{fit:?}");
+        assert!(fit.median_error_after < 0.01, "{fit:?}");
+        let moved = |name: &str| fit.parameters.iter().find(|p| p.name == name).unwrap();
         assert!((moved("inter_efficiency").after - 0.6).abs() < 0.03);
         assert!(!moved("inter_efficiency").on_bound);
     }

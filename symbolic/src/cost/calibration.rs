@@ -22,7 +22,7 @@
 
 use tessel_grammar::{Framework, GpuSpec};
 
-use crate::primitives::CollectiveParams;
+use crate::primitives::{CollectiveParams, GemmParams};
 
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +179,9 @@ pub struct Calibration {
     /// NCCL's collectives: per-call and per-step latency, bus bandwidth over link rate.
     /// Calibrated on nccl-tests measurements (`primitives::fit`), not on training runs.
     pub collectives: CollectiveParams,
+    /// The GEMM primitive measured on the cluster's own GPUs (`tessel calibrate`); `None`: the
+    /// committed fit for the GPU's generation.
+    pub gemm: Option<GemmParams>,
     /// Fraction of pipeline point-to-point time that stays exposed.
     pub pp_exposed: f64,
     /// Fraction of expert-parallel all-to-all time hidden behind compute.
@@ -222,15 +225,29 @@ impl Calibration {
     /// (`cluster { calibration = "…" }`, written by `tessel calibrate`) when it has one.
     pub fn for_spec(spec: &tessel_grammar::Spec) -> Result<Calibration, super::CostError> {
         let mut calibration = Calibration::default();
-        if let Some(file) = &spec.cluster.calibration {
-            let values = serde_json::to_value(&file.collectives).expect("numbers serialise");
-            calibration.collectives = serde_json::from_value(values).map_err(|error| {
+        let Some(file) = &spec.cluster.calibration else {
+            return Ok(calibration);
+        };
+        fn read<T: serde::de::DeserializeOwned>(
+            file: &tessel_grammar::CalibrationFile,
+            section: &str,
+            values: &std::collections::BTreeMap<String, f64>,
+        ) -> Result<Option<T>, super::CostError> {
+            if values.is_empty() {
+                return Ok(None);
+            }
+            let json = serde_json::to_value(values).expect("numbers serialise");
+            serde_json::from_value(json).map(Some).map_err(|error| {
                 super::CostError::spec(format!(
-                    "calibration `{}`: its collectives are not this version's ({error})",
+                    "calibration `{}`: its `{section}` are not this version's ({error})",
                     file.path
                 ))
-            })?;
+            })
         }
+        if let Some(collectives) = read(file, "collectives", &file.collectives)? {
+            calibration.collectives = collectives;
+        }
+        calibration.gemm = read(file, "gemm", &file.gemm)?;
         Ok(calibration)
     }
 }
@@ -239,6 +256,7 @@ impl Default for Calibration {
     fn default() -> Self {
         Calibration {
             collectives: CollectiveParams::default(),
+            gemm: None,
             pp_exposed: 1.0,
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,

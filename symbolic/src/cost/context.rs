@@ -264,7 +264,9 @@ impl Ctx {
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
             efficiency: efficiency.for_framework(train.framework, &cal),
-            gemm: GemmParams::for_generation(GpuGeneration::from_name(&cluster.gpu.name)),
+            gemm: cal.gemm.unwrap_or_else(|| {
+                GemmParams::for_generation(GpuGeneration::from_name(&cluster.gpu.name))
+            }),
             sms: sm_count(&cluster.gpu.name),
             cal,
             bindings: RefCell::new(Vec::new()),

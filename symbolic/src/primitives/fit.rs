@@ -170,7 +170,8 @@ fn gemm_params(x: &[f64]) -> GemmParams {
     }
 }
 
-fn gemm_values(p: &GemmParams) -> Vec<f64> {
+/// The parameters in [`GEMM_RANGES`]' order.
+pub fn gemm_values(p: &GemmParams) -> Vec<f64> {
     vec![p.efficiency, p.k_overhead, p.tile_half_area, p.launch_s]
 }
 

@@ -15,7 +15,8 @@ use crate::cost::GpuGeneration;
 
 /// A GPU generation's GEMM behaviour, fitted on published GEMM measurements
 /// (`fit::fit_gemms`).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GemmParams {
     /// Fraction of dense peak the largest tile reaches in its main loop.
     pub efficiency: f64,
