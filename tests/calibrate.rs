@@ -87,6 +87,22 @@ fn gemm_timings_fit_the_gemm_primitive_beside_the_collectives() {
 }
 
 #[test]
+fn a_pytorch_profiler_trace_gives_its_nccl_kernels() {
+    let cal = calibration(&[
+        "tests/traces/kineto/hta-nccl-a100-2ranks.json",
+        "--spec",
+        SPEC,
+    ]);
+    let input = &cal["inputs"][0];
+    assert_eq!(input["kind"], "pytorch-profiler");
+    assert_eq!(input["measures"], "all_reduce");
+    // The 15 all-reduces; broadcasts are no collective the cost model uses.
+    assert_eq!(input["rows"], 15);
+    assert_eq!(input["ranks"], 2);
+    assert_eq!(input["ranks_per_node"], 2);
+}
+
+#[test]
 fn a_table_without_its_device_list_needs_the_rank_count() {
     let output = tessel(&["calibrate", H800_TABLE, "--spec", SPEC]);
     assert_eq!(output.status.code(), Some(1));

@@ -1,16 +1,19 @@
-//! Fuzzing the trace parsers: mutations of the cited samples (line deletions, duplications,
+//! Fuzzing the trace parsers (nccl-tests, PyTorch profiler, GEMM CSV): mutations of the cited
+//! samples (line deletions, duplications,
 //! byte flips, truncation) and random text give rows or an error, never a panic.
 //! `TESSEL_FUZZ_CASES=N` sets the number of cases per property (default 256).
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tessel_interop::traces::parse_nccl_tests;
+use tessel_interop::traces::{parse_gemm_csv, parse_kineto_trace, parse_nccl_tests};
 
 fn seeds() -> Vec<&'static str> {
     vec![
         include_str!("../../tests/traces/nccl-tests/a3mega-all-reduce-2x8.txt"),
         include_str!("../../tests/traces/nccl-tests/rtx5090-all-reduce-tagged-1x2.txt"),
         include_str!("../../tests/traces/nccl-tests/h800-alltoall-4x8.txt"),
+        include_str!("../../tests/traces/kineto/hta-nccl-a100-2ranks.json"),
+        include_str!("../../tests/traces/gemm/h100-cublas-fp16.csv"),
     ]
 }
 
@@ -63,7 +66,10 @@ fn mutated_samples_never_panic() {
                     }
                 }
             }
-            let _ = parse_nccl_tests(&lines.join("\n"));
+            let text = lines.join("\n");
+            let _ = parse_nccl_tests(&text);
+            let _ = parse_kineto_trace(&text);
+            let _ = parse_gemm_csv(&text);
             Ok(())
         })
         .unwrap();
@@ -74,6 +80,8 @@ fn random_text_never_panics() {
     runner()
         .run(&"(#|[ 0-9a-z.:\\[\\]<>,-]{0,40}\n){0,30}", |text| {
             let _ = parse_nccl_tests(&text);
+            let _ = parse_kineto_trace(&text);
+            let _ = parse_gemm_csv(&text);
             Ok(())
         })
         .unwrap();

@@ -61,3 +61,35 @@ fn other_formats_are_refused() {
         r#"{"traceEvents": [{"name": "ncclKernel_AllReduce_RING_LL_Sum_float", "ph": "X"}]}"#;
     assert!(parse_nccl_tests(json).is_err());
 }
+
+fn kineto_sample(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/traces/kineto")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn a_pytorch_profiler_trace_s_nccl_kernels() {
+    let trace =
+        tessel_interop::traces::parse_kineto_trace(&kineto_sample("hta-nccl-a100-2ranks.json"))
+            .unwrap();
+    assert_eq!(trace.gpu.as_deref(), Some("NVIDIA A100-PG509-200"));
+    assert_eq!((trace.rank, trace.world_size), (Some(0), Some(2)));
+    // 15 all-reduces and 6 broadcasts, of float and int64 buffers.
+    assert_eq!(trace.collectives.len(), 21);
+    let first = &trace.collectives[0];
+    assert_eq!(first.name, "allreduce");
+    assert_eq!(first.bytes, 6_637_568 * 4);
+    assert_eq!(first.group_size, 2);
+    assert_eq!(first.group_ranks, [0, 1]);
+    assert_eq!(first.duration_us, 2636.669);
+    assert_eq!(
+        trace
+            .collectives
+            .iter()
+            .filter(|c| c.name == "broadcast")
+            .count(),
+        6
+    );
+}

@@ -1,13 +1,14 @@
 //! `tessel calibrate TRACE... --spec SPEC [-o cluster.cal.json] [--explain]`: the cost model's
 //! primitives refitted to measurements from the user's own cluster. Reads nccl-tests output
 //! (the collective, rank count and ranks per node come from the output's device list and test
-//! name, else from the file name and the options) and CSVs of GEMM timings (`*.csv`).
+//! name, else from the file name and the options), PyTorch profiler traces (their NCCL
+//! kernels, with the sizes PyTorch records) and CSVs of GEMM timings (`*.csv`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tessel_grammar::Spec;
-use tessel_interop::traces::{parse_gemm_csv, parse_nccl_tests, NcclTestsRun};
+use tessel_interop::traces::{parse_gemm_csv, parse_kineto_trace, parse_nccl_tests, NcclTestsRun};
 use tessel_symbolic::calibration::{
     fit_cluster_collectives, fit_cluster_gemms, CalibrationInput, ClusterCalibration, PrimitiveFit,
     CALIBRATION_FORMAT,
@@ -23,8 +24,8 @@ use super::{load_spec, write_output, EXIT_BAD_INPUT};
 #[derive(clap::Args)]
 pub struct Args {
     /// Measurement files: nccl-tests output (`all_reduce_perf`, `all_gather_perf`,
-    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`), or a `.csv` of GEMM timings
-    /// (columns m, n, k and time_us, time_ms or tflops).
+    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`), PyTorch profiler traces
+    /// (JSON), or a `.csv` of GEMM timings (columns m, n, k and time_us, time_ms or tflops).
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// The spec whose cluster was measured (its GPUs and links).
@@ -58,19 +59,29 @@ pub fn run(args: &Args) -> ExitCode {
     let mut collectives = Vec::new();
     let mut gemms = Vec::new();
     for path in &args.traces {
-        let read = if path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-        {
-            read_gemm_csv(path, &spec).map(|(input, rows)| {
-                gemms.extend(rows);
-                input
-            })
-        } else {
-            read_nccl_tests(path, args, &spec).map(|(input, rows)| {
-                collectives.extend(rows);
-                input
-            })
+        let read = match std::fs::read_to_string(path) {
+            Err(error) => Err(format!("cannot read it: {error}")),
+            Ok(text)
+                if path
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("csv")) =>
+            {
+                read_gemm_csv(path, &text, &spec).map(|(input, rows)| {
+                    gemms.extend(rows);
+                    input
+                })
+            }
+            Ok(text) => {
+                let measured = if text.trim_start().starts_with(['{', '[']) {
+                    read_kineto(path, &text, args, &spec)
+                } else {
+                    read_nccl_tests(path, &text, args, &spec)
+                };
+                measured.map(|(input, rows)| {
+                    collectives.extend(rows);
+                    input
+                })
+            }
         };
         match read {
             Ok(input) => inputs.push(input),
@@ -127,10 +138,10 @@ fn file_name(path: &Path) -> String {
 /// A CSV's GEMM timings, on the spec's GPU.
 fn read_gemm_csv(
     path: &Path,
+    text: &str,
     spec: &Spec,
 ) -> Result<(CalibrationInput, Vec<GemmMeasurement>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let timings = parse_gemm_csv(&text).map_err(|e| e.to_string())?;
+    let timings = parse_gemm_csv(text).map_err(|e| e.to_string())?;
     let file = file_name(path);
     let gpu = &spec.cluster.gpu;
     let rows: Vec<GemmMeasurement> = timings
@@ -167,11 +178,11 @@ fn read_gemm_csv(
 /// One nccl-tests file's measurements, with what they were measured on.
 fn read_nccl_tests(
     path: &Path,
+    text: &str,
     args: &Args,
     spec: &Spec,
 ) -> Result<(CalibrationInput, Vec<CollectiveMeasurement>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let run = parse_nccl_tests(&text).map_err(|e| e.to_string())?;
+    let run = parse_nccl_tests(text).map_err(|e| e.to_string())?;
     let file = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into(),
@@ -192,10 +203,7 @@ fn read_nccl_tests(
             "{ranks} rank: a collective needs two or more to measure anything"
         ));
     }
-    let links = Links {
-        intra_bandwidth: spec.cluster.intra_node.bandwidth,
-        inter_bandwidth: spec.cluster.inter_node.bandwidth,
-    };
+    let links = links_of(spec);
     let rows = run
         .rows
         .iter()
@@ -220,6 +228,91 @@ fn read_nccl_tests(
         rows: rows.len(),
     };
     Ok((input, rows))
+}
+
+/// A PyTorch profiler trace's NCCL kernels: each its own measurement of its collective over
+/// its process group, placed on the spec's nodes by global rank.
+fn read_kineto(
+    path: &Path,
+    text: &str,
+    args: &Args,
+    spec: &Spec,
+) -> Result<(CalibrationInput, Vec<CollectiveMeasurement>), String> {
+    let trace = parse_kineto_trace(text).map_err(|e| e.to_string())?;
+    let file = file_name(path);
+    let gpus_per_node = spec.cluster.gpus_per_node.max(1);
+    let rows: Vec<CollectiveMeasurement> = trace
+        .collectives
+        .iter()
+        .filter(|c| c.group_size >= 2)
+        .filter_map(|c| {
+            let kind = collective_of_pytorch(&c.name)?;
+            let per_node = args.per_node.unwrap_or_else(|| {
+                let mut nodes: Vec<u64> = c.group_ranks.iter().map(|r| r / gpus_per_node).collect();
+                nodes.sort_unstable();
+                nodes
+                    .chunk_by(|a, b| a == b)
+                    .map(|same| same.len() as u64)
+                    .max()
+                    .unwrap_or(gpus_per_node)
+            });
+            Some(CollectiveMeasurement {
+                source: file.clone(),
+                system: spec.cluster.name.clone(),
+                kind,
+                ranks: c.group_size as f64,
+                per_node: per_node.min(c.group_size).max(1) as f64,
+                bytes: c.bytes as f64,
+                links: links_of(spec),
+                seconds: c.duration_us * 1e-6,
+                reported_degraded: false,
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(format!(
+            "the trace has no NCCL kernel of a modelled collective with its size and group \
+             ({} collective kernels, none all-reduce, all-gather, reduce-scatter or all-to-all \
+             over two or more ranks); profile with PyTorch 2.1 or newer",
+            trace.collectives.len() + trace.skipped_collectives
+        ));
+    }
+    let mut names: Vec<&str> = rows.iter().map(|r| r.kind.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let input = CalibrationInput {
+        file,
+        kind: "pytorch-profiler".to_string(),
+        measures: names.join(" "),
+        ranks: rows.iter().map(|r| r.ranks as u64).max(),
+        ranks_per_node: rows.iter().map(|r| r.per_node as u64).max(),
+        rows: rows.len(),
+    };
+    Ok((input, rows))
+}
+
+/// PyTorch's collective names, as its profiler records them.
+fn collective_of_pytorch(name: &str) -> Option<Collective> {
+    let flat: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    Some(match flat.to_ascii_lowercase().as_str() {
+        "allreduce" | "allreducecoalesced" => Collective::AllReduce,
+        "allgather" | "allgatherbase" | "allgatherintotensor" | "allgatherintotensorcoalesced" => {
+            Collective::AllGather
+        }
+        "reducescatter"
+        | "reducescatterbase"
+        | "reducescattertensor"
+        | "reducescattertensorcoalesced" => Collective::ReduceScatter,
+        "alltoall" | "alltoallbase" | "alltoallsingle" => Collective::AllToAll,
+        _ => return None,
+    })
+}
+
+fn links_of(spec: &Spec) -> Links {
+    Links {
+        intra_bandwidth: spec.cluster.intra_node.bandwidth,
+        inter_bandwidth: spec.cluster.inter_node.bandwidth,
+    }
 }
 
 /// The collective: the option, else the test's name in the output, else the file's name.
