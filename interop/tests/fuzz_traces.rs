@@ -1,6 +1,6 @@
 //! Fuzzing the trace parsers (nccl-tests, PyTorch profiler, GEMM CSV): mutations of the cited
-//! samples (line deletions, duplications,
-//! byte flips, truncation) and random text give rows or an error, never a panic.
+//! samples (line deletions, duplications, byte flips, truncation) and random text give rows or
+//! an error, never a panic.
 //! `TESSEL_FUZZ_CASES=N` sets the number of cases per property (default 256).
 
 use proptest::prelude::*;
