@@ -187,7 +187,7 @@ fn a_spec_with_a_calibration_predicts_with_it_and_says_so() {
 }
 
 #[test]
-fn a_changed_calibration_makes_the_plan_stale() {
+fn the_plan_and_its_report_name_the_calibration_and_a_change_makes_the_plan_stale() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let spec = calibrated_copy(dir.path());
     let spec = spec.to_str().unwrap();
@@ -197,6 +197,14 @@ fn a_changed_calibration_makes_the_plan_stale() {
     assert!(text.contains("  calibration  a3mega-16.cal.json"), "{text}");
     let output = tessel(&["plan", spec, "--check", plan]);
     assert_eq!(output.status.code(), Some(0));
+    // The report says so too.
+    let report = dir.path().join("report.html");
+    stdout(&tessel(&["report", plan, "-o", report.to_str().unwrap()]));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        html.contains("Predicted with the cluster calibration a3mega-16.cal.json"),
+        "no calibration line in the report"
+    );
     let cal = dir.path().join("a3mega-16.cal.json");
     let mut value: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();

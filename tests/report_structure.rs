@@ -8,7 +8,9 @@ use common::tessel;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tessel_planner::report::{parse_trace, predicted_timeline, render_report, Pass};
+use tessel_planner::report::{
+    disagreements, parse_trace, predicted_timeline, render_report, EventKind, Pass,
+};
 use tessel_planner::Plan;
 use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions};
 
@@ -249,6 +251,29 @@ fn a_real_cpu_trace_is_drawn_per_stage() {
         plan.config.pp as usize
     );
     assert!(html.contains("Step 2 of 2 from the trace"));
+
+    // The table of disagreements: every traced stage's five categories, largest first, the
+    // measured compute of each stage being the sum of its forward and backward events.
+    let rows = disagreements(&measured, &plan.prediction.stages);
+    assert_eq!(rows.len(), 5 * stages.len());
+    let gaps: Vec<f64> = rows
+        .iter()
+        .map(|r| (r.measured_s - r.predicted_s).abs())
+        .collect();
+    assert!(gaps.windows(2).all(|w| w[0] >= w[1]), "{gaps:?}");
+    let compute = rows
+        .iter()
+        .find(|r| r.stage == 0 && r.category.starts_with("compute"))
+        .unwrap();
+    let traced: f64 = measured.lanes[0]
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Forward | EventKind::Backward))
+        .map(|e| e.end_s - e.start_s)
+        .sum();
+    assert!((compute.measured_s - traced).abs() < 1e-12);
+    assert!(html.contains("Measured against predicted, largest differences first"));
+    assert!(html.contains("<td>gradient reduction</td>"));
 }
 
 #[test]

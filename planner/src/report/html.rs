@@ -57,6 +57,37 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 }
 "#;
 
+/// The largest differences between the traced step and the prediction, by stage and category.
+fn disagreement_table(
+    measured: &MeasuredTimeline,
+    stages: &[tessel_symbolic::cost::StageEstimate],
+) -> String {
+    let rows = super::measured::disagreements(measured, stages);
+    let mut out = String::from(
+        "<h3>Measured against predicted, largest differences first</h3>\n<table>\n<tr><th>stage</th><th>category</th><th class=\"num\">measured</th><th class=\"num\">predicted</th><th class=\"num\">difference</th></tr>\n",
+    );
+    for row in rows.iter().take(10) {
+        let difference = row.measured_s - row.predicted_s;
+        let relative = if row.predicted_s > 0.0 {
+            format!(" ({:+.0}%)", 100.0 * difference / row.predicted_s)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}{}</td></tr>",
+            row.stage,
+            escape(row.category),
+            seconds(row.measured_s),
+            seconds(row.predicted_s),
+            if difference >= 0.0 { "+" } else { "−" },
+            escape(&format!("{}{relative}", seconds(difference.abs())))
+        );
+    }
+    out.push_str("</table>\n");
+    out
+}
+
 /// The whole page for `plan`, with the measured timeline when a trace is given.
 pub fn render_report(
     plan: &Plan,
@@ -88,6 +119,16 @@ pub fn render_report(
             plan.spec_digest.get(..12).unwrap_or(&plan.spec_digest)
         ))
     );
+    if let Some(file) = &plan.spec.cluster.calibration {
+        let _ = writeln!(
+            page,
+            "<p class=\"sub\">{}</p>",
+            escape(&format!(
+                "Predicted with the cluster calibration {}",
+                file.label()
+            ))
+        );
+    }
 
     page.push_str("<div class=\"cards\">\n");
     let cards = [
@@ -202,6 +243,7 @@ pub fn render_report(
             ("communication", palette::COMM),
             ("optimizer", palette::OPTIMIZER_STEP),
         ]));
+        page.push_str(&disagreement_table(measured, &prediction.stages));
         page.push_str("</section>\n");
     }
 

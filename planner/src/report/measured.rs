@@ -217,3 +217,80 @@ pub fn parse_trace(text: &str, plan: &Plan) -> Result<MeasuredTimeline, ReportEr
         steps: steps.max(1),
     })
 }
+
+/// One kind of time of one pipeline stage in one step, measured against predicted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Disagreement {
+    pub stage: u64,
+    pub category: &'static str,
+    pub measured_s: f64,
+    pub predicted_s: f64,
+}
+
+/// The categories both sides split a stage's step into.
+const COMPUTE: &str = "compute (forward, backward, recompute, in-layer communication)";
+const PIPELINE: &str = "pipeline sends and receives";
+const GRADIENTS: &str = "gradient reduction";
+const OPTIMIZER: &str = "optimizer step";
+const IDLE: &str = "idle (pipeline bubble)";
+
+/// Each traced stage's time by category against the prediction for that stage
+/// (`stages[i].time`, seconds per step), largest difference first, as dPRO's replay ranks
+/// what it got wrong. Traced communication that is not a pipeline transfer (`send …`,
+/// `recv …`) counts as gradient reduction.
+pub fn disagreements(
+    measured: &MeasuredTimeline,
+    stages: &[tessel_symbolic::cost::StageEstimate],
+) -> Vec<Disagreement> {
+    let mut rows = Vec::new();
+    for lane in &measured.lanes {
+        let Some(predicted) = stages.iter().find(|s| s.stage == lane.stage) else {
+            continue;
+        };
+        let mut spent = [0.0f64; 4];
+        for event in &lane.events {
+            let slot = match event.kind {
+                EventKind::Forward | EventKind::Backward => 0,
+                EventKind::Comm
+                    if event.name.starts_with("send") || event.name.starts_with("recv") =>
+                {
+                    1
+                }
+                EventKind::Comm => 2,
+                EventKind::Optimizer => 3,
+                EventKind::Other => continue,
+            };
+            spent[slot] += event.end_s - event.start_s;
+        }
+        let idle = (measured.step_s - spent.iter().sum::<f64>()).max(0.0);
+        let t = &predicted.time;
+        let predicted_by = [
+            t.compute + t.recompute + t.tp_comm + t.cp_comm + t.ep_comm + t.offload,
+            t.pp_comm,
+            t.dp_comm,
+            t.optimizer,
+            t.bubble,
+        ];
+        let measured_by = [spent[0], spent[1], spent[2], spent[3], idle];
+        for ((category, measured_s), predicted_s) in [COMPUTE, PIPELINE, GRADIENTS, OPTIMIZER, IDLE]
+            .into_iter()
+            .zip(measured_by)
+            .zip(predicted_by)
+        {
+            rows.push(Disagreement {
+                stage: lane.stage,
+                category,
+                measured_s,
+                predicted_s,
+            });
+        }
+    }
+    rows.sort_by(|a, b| {
+        let gap = |d: &Disagreement| (d.measured_s - d.predicted_s).abs();
+        gap(b)
+            .total_cmp(&gap(a))
+            .then(a.stage.cmp(&b.stage))
+            .then(a.category.cmp(b.category))
+    });
+    rows
+}

@@ -13,7 +13,10 @@ mod timeline;
 pub use error::ReportError;
 pub use escape::escape;
 pub use html::render_report;
-pub use measured::{parse_trace, EventKind, MeasuredEvent, MeasuredLane, MeasuredTimeline};
+pub use measured::{
+    disagreements, parse_trace, Disagreement, EventKind, MeasuredEvent, MeasuredLane,
+    MeasuredTimeline,
+};
 pub use svg::palette;
 pub use timeline::{
     predicted_timeline, simulate, stage_durations, Pass, PredictedTimeline, StageDurations,
