@@ -249,3 +249,44 @@ fn a_gemm_calibration_changes_the_compute_prediction() {
     let (with, without) = (compute(&calibrated), compute(&published));
     assert!((with / without - 1.0).abs() > 0.01, "{with} vs {without}");
 }
+
+#[test]
+fn a_tessel_launch_trace_gives_its_data_parallel_collectives() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let plan = dir.path().join("plan.json");
+    let trace = dir.path().join("trace.json");
+    let (plan, trace) = (plan.to_str().unwrap(), trace.to_str().unwrap());
+    let spec = "tests/launch/dense8.tsl";
+    stdout(&tessel(&[
+        "plan", spec, "--gpus", "2", "--dp", "2", "--tp", "1", "--pp", "1", "-o", plan,
+    ]));
+    stdout(&tessel(&[
+        "launch",
+        plan,
+        "--backend",
+        "cpu",
+        "--steps",
+        "2",
+        "--trace",
+        trace,
+    ]));
+    let cal = calibration(&[trace, "--spec", spec]);
+    let input = &cal["inputs"][0];
+    assert_eq!(input["kind"], "tessel-trace");
+    assert_eq!(input["ranks"], 2);
+    assert!(
+        input["measures"].as_str().unwrap().contains("all_reduce"),
+        "{input}"
+    );
+    assert!(input["rows"].as_u64().unwrap() >= 2, "{input}");
+    // The report draws the same trace without counting its collectives twice.
+    let report = dir.path().join("report.html");
+    stdout(&tessel(&[
+        "report",
+        plan,
+        "--trace",
+        trace,
+        "-o",
+        report.to_str().unwrap(),
+    ]));
+}

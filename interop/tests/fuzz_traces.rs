@@ -1,11 +1,13 @@
-//! Fuzzing the trace parsers (nccl-tests, PyTorch profiler, GEMM CSV): mutations of the cited
+//! Fuzzing the trace parsers (nccl-tests, PyTorch profiler, Tessel, GEMM CSV): mutations of the cited
 //! samples (line deletions, duplications, byte flips, truncation) and random text give rows or
 //! an error, never a panic.
 //! `TESSEL_FUZZ_CASES=N` sets the number of cases per property (default 256).
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tessel_interop::traces::{parse_gemm_csv, parse_kineto_trace, parse_nccl_tests};
+use tessel_interop::traces::{
+    parse_gemm_csv, parse_kineto_trace, parse_nccl_tests, parse_tessel_trace,
+};
 
 fn seeds() -> Vec<&'static str> {
     vec![
@@ -70,6 +72,7 @@ fn mutated_samples_never_panic() {
             let _ = parse_nccl_tests(&text);
             let _ = parse_kineto_trace(&text);
             let _ = parse_gemm_csv(&text);
+            let _ = parse_tessel_trace(&text);
             Ok(())
         })
         .unwrap();
@@ -82,6 +85,7 @@ fn random_text_never_panics() {
             let _ = parse_nccl_tests(&text);
             let _ = parse_kineto_trace(&text);
             let _ = parse_gemm_csv(&text);
+            let _ = parse_tessel_trace(&text);
             Ok(())
         })
         .unwrap();

@@ -15,7 +15,7 @@ use crate::model::layout::{
 };
 use crate::model::{Env, Grads, Values};
 use crate::plan::ExecutionPlan;
-use crate::trace::TraceEvent;
+use crate::trace::{CollectiveRecord, TraceEvent};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use tessel_grammar::{ModelSpec, Recompute};
@@ -309,9 +309,12 @@ impl<'a, B: Backend> Rank<'a, B> {
         for gi in self.group_indices(names) {
             let g = &self.groups[gi];
             let shard = g.shard.as_ref().expect("ZeRO-3 keeps a shard");
+            let ranks = self.b.group_size(g.spec.replication);
+            let t0 = Instant::now();
             let full = self.b.all_gather(g.spec.replication, shard)?;
-            self.memory
-                .alloc(MemoryCategory::Buffers, (g.len * 4) as u64);
+            let gathered = (g.len * 4) as u64;
+            self.record_collective("all_gather", self.b.bytes(&full), ranks, t0);
+            self.memory.alloc(MemoryCategory::Buffers, gathered);
             self.unflatten(gi, &full);
         }
         Ok(())
@@ -391,6 +394,25 @@ impl<'a, B: Backend> Rank<'a, B> {
     }
 
     fn record(&mut self, name: String, category: &'static str, t0: Instant) {
+        self.push_event(name, category, t0, None);
+    }
+
+    /// A data-parallel collective inside the gradient reduction, with what it moved.
+    fn record_collective(&mut self, name: &str, bytes: u64, ranks: usize, t0: Instant) {
+        let record = CollectiveRecord {
+            bytes,
+            ranks: ranks as u64,
+        };
+        self.push_event(name.to_string(), "collective", t0, Some(record));
+    }
+
+    fn push_event(
+        &mut self,
+        name: String,
+        category: &'static str,
+        t0: Instant,
+        collective: Option<CollectiveRecord>,
+    ) {
         let start = t0.duration_since(self.setup.start).as_secs_f64() * 1e6;
         self.events.push(TraceEvent {
             rank: self.rank,
@@ -398,6 +420,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             category,
             start_us: start,
             duration_us: t0.elapsed().as_secs_f64() * 1e6,
+            collective,
         });
     }
 
@@ -694,7 +717,10 @@ impl<'a, B: Backend> Rank<'a, B> {
             self.grads.map.remove(&p.name);
         }
         self.grads.map.extend(tied);
+        let (bytes, ranks) = (b.bytes(&flat), b.group_size(g.spec.replication));
+        let t0 = Instant::now();
         let shard = b.reduce_scatter(g.spec.replication, &flat)?;
+        self.record_collective("reduce_scatter", bytes, ranks, t0);
         self.add_to_reduced(gi, &shard);
         Ok(())
     }
@@ -754,7 +780,10 @@ impl<'a, B: Backend> Rank<'a, B> {
             let released = released.min(self.grad_bytes);
             self.memory.free(MemoryCategory::Grads, released);
             self.grad_bytes -= released;
+            let (bytes, ranks) = (b.bytes(&flat), b.group_size(g.spec.replication));
+            let t0 = Instant::now();
             let reduced = b.all_reduce(g.spec.replication, &flat)?;
+            self.record_collective("all_reduce", bytes, ranks, t0);
             self.memory.alloc(MemoryCategory::Grads, b.bytes(&reduced));
             self.groups[gi].reduced = Some(reduced);
         }
@@ -779,7 +808,10 @@ impl<'a, B: Backend> Rank<'a, B> {
                 for p in &g.spec.params {
                     self.grads.map.remove(&p.name);
                 }
+                let (bytes, ranks) = (b.bytes(&flat), b.group_size(g.spec.replication));
+                let t0 = Instant::now();
                 let shard = b.reduce_scatter(g.spec.replication, &flat)?;
+                self.record_collective("reduce_scatter", bytes, ranks, t0);
                 self.add_to_reduced(gi, &shard);
                 self.track_gradient_bytes();
             } else if g.reduced.is_none() {
@@ -860,7 +892,10 @@ impl<'a, B: Backend> Rank<'a, B> {
                         hp,
                         self.opt_step,
                     );
+                    let t0 = Instant::now();
                     let full = b.all_gather(replication, &shard)?;
+                    let (bytes, ranks) = (b.bytes(&full), b.group_size(replication));
+                    self.record_collective("all_gather", bytes, ranks, t0);
                     self.unflatten(gi, &full);
                 }
                 _ => {

@@ -1,5 +1,7 @@
 //! Chrome trace (`chrome://tracing`, Perfetto) of a run: one thread id per rank, a complete
-//! event per forward, backward, communication and optimizer step.
+//! event per forward, backward, communication and optimizer step, and inside the gradient
+//! reduction one `collective` event per data-parallel collective with its `bytes` (nccl-tests'
+//! size of the buffer) and `ranks` in `args`, which `tessel calibrate` fits collectives to.
 
 use crate::error::RuntimeError;
 use serde_json::{json, Value};
@@ -14,6 +16,15 @@ pub struct TraceEvent {
     /// Microseconds since the run started.
     pub start_us: f64,
     pub duration_us: f64,
+    /// For a `collective` event: what it moved.
+    pub collective: Option<CollectiveRecord>,
+}
+
+/// The size of one collective call and its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollectiveRecord {
+    pub bytes: u64,
+    pub ranks: u64,
 }
 
 /// The trace as JSON, events ordered by rank and start time.
@@ -32,11 +43,15 @@ pub fn trace_json(events: &[TraceEvent]) -> Value {
                         "args": {"name": format!("rank {r}")}}));
     }
     for e in sorted {
-        out.push(json!({
+        let mut event = json!({
             "name": e.name, "cat": e.category, "ph": "X", "pid": 0, "tid": e.rank,
             "ts": (e.start_us * 1000.0).round() / 1000.0,
             "dur": (e.duration_us * 1000.0).round() / 1000.0,
-        }));
+        });
+        if let Some(c) = e.collective {
+            event["args"] = json!({"bytes": c.bytes, "ranks": c.ranks});
+        }
+        out.push(event);
     }
     json!({ "traceEvents": out, "displayTimeUnit": "ms" })
 }
@@ -62,6 +77,7 @@ mod tests {
             category: "forward",
             start_us: start,
             duration_us: 2.5,
+            collective: None,
         };
         let v = trace_json(&[ev(1, 5.0), ev(0, 3.0)]);
         let events = v["traceEvents"].as_array().unwrap();
@@ -70,5 +86,26 @@ mod tests {
         assert_eq!(events[2]["tid"], 0);
         assert_eq!(events[3]["ts"], 5.0);
         assert_eq!(events[3]["dur"], 2.5);
+        assert!(events[3].get("args").is_none());
+    }
+
+    #[test]
+    fn collectives_carry_their_size_and_group() {
+        let event = TraceEvent {
+            rank: 0,
+            name: "all_reduce".into(),
+            category: "collective",
+            start_us: 1.0,
+            duration_us: 4.0,
+            collective: Some(CollectiveRecord {
+                bytes: 4096,
+                ranks: 2,
+            }),
+        };
+        let v = trace_json(&[event]);
+        let traced = &v["traceEvents"][1];
+        assert_eq!(traced["cat"], "collective");
+        assert_eq!(traced["args"]["bytes"], 4096);
+        assert_eq!(traced["args"]["ranks"], 2);
     }
 }

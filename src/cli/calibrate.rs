@@ -2,13 +2,16 @@
 //! primitives refitted to measurements from the user's own cluster. Reads nccl-tests output
 //! (the collective, rank count and ranks per node come from the output's device list and test
 //! name, else from the file name and the options), PyTorch profiler traces (their NCCL
-//! kernels, with the sizes PyTorch records) and CSVs of GEMM timings (`*.csv`).
+//! kernels, with the sizes PyTorch records), Tessel's own `launch --trace` files (their
+//! data-parallel collectives) and CSVs of GEMM timings (`*.csv`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tessel_grammar::Spec;
-use tessel_interop::traces::{parse_gemm_csv, parse_kineto_trace, parse_nccl_tests, NcclTestsRun};
+use tessel_interop::traces::{
+    parse_gemm_csv, parse_kineto_trace, parse_nccl_tests, parse_tessel_trace, NcclTestsRun,
+};
 use tessel_symbolic::calibration::{
     fit_cluster_collectives, fit_cluster_gemms, CalibrationInput, ClusterCalibration, PrimitiveFit,
     CALIBRATION_FORMAT,
@@ -24,8 +27,9 @@ use super::{load_spec, write_output, EXIT_BAD_INPUT};
 #[derive(clap::Args)]
 pub struct Args {
     /// Measurement files: nccl-tests output (`all_reduce_perf`, `all_gather_perf`,
-    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`), PyTorch profiler traces
-    /// (JSON), or a `.csv` of GEMM timings (columns m, n, k and time_us, time_ms or tflops).
+    /// `reduce_scatter_perf`, `alltoall_perf`, `sendrecv_perf`), PyTorch profiler traces or
+    /// `tessel launch --trace` files (JSON), or a `.csv` of GEMM timings (columns m, n, k and
+    /// time_us, time_ms or tflops).
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// The spec whose cluster was measured (its GPUs and links).
@@ -73,7 +77,10 @@ pub fn run(args: &Args) -> ExitCode {
             }
             Ok(text) => {
                 let measured = if text.trim_start().starts_with(['{', '[']) {
-                    read_kineto(path, &text, args, &spec)
+                    match parse_tessel_trace(&text) {
+                        Ok(traced) => read_tessel(path, &traced, args, &spec),
+                        Err(_) => read_kineto(path, &text, args, &spec),
+                    }
                 } else {
                     read_nccl_tests(path, &text, args, &spec)
                 };
@@ -271,9 +278,10 @@ fn read_kineto(
         .collect();
     if rows.is_empty() {
         return Err(format!(
-            "the trace has no NCCL kernel of a modelled collective with its size and group \
-             ({} collective kernels, none all-reduce, all-gather, reduce-scatter or all-to-all \
-             over two or more ranks); profile with PyTorch 2.1 or newer",
+            "neither a Tessel trace with collectives nor a PyTorch profiler trace with an NCCL \
+             kernel of a modelled collective, its size and group ({} collective kernels, none \
+             all-reduce, all-gather, reduce-scatter or all-to-all over two or more ranks); \
+             profile with PyTorch 2.1 or newer",
             trace.collectives.len() + trace.skipped_collectives
         ));
     }
@@ -283,6 +291,56 @@ fn read_kineto(
     let input = CalibrationInput {
         file,
         kind: "pytorch-profiler".to_string(),
+        measures: names.join(" "),
+        ranks: rows.iter().map(|r| r.ranks as u64).max(),
+        ranks_per_node: rows.iter().map(|r| r.per_node as u64).max(),
+        rows: rows.len(),
+    };
+    Ok((input, rows))
+}
+
+/// A Tessel trace's data-parallel collectives, each call a measurement.
+fn read_tessel(
+    path: &Path,
+    traced: &[tessel_interop::traces::TesselCollective],
+    args: &Args,
+    spec: &Spec,
+) -> Result<(CalibrationInput, Vec<CollectiveMeasurement>), String> {
+    let file = file_name(path);
+    let rows: Vec<CollectiveMeasurement> = traced
+        .iter()
+        .filter(|c| c.ranks >= 2 && c.bytes > 0 && c.duration_us > 0.0)
+        .filter_map(|c| {
+            let per_node = args
+                .per_node
+                .unwrap_or(spec.cluster.gpus_per_node)
+                .clamp(1, c.ranks);
+            Some(CollectiveMeasurement {
+                source: file.clone(),
+                system: spec.cluster.name.clone(),
+                kind: Collective::from_name(&c.name)?,
+                ranks: c.ranks as f64,
+                per_node: per_node as f64,
+                bytes: c.bytes as f64,
+                links: links_of(spec),
+                seconds: c.duration_us * 1e-6,
+                reported_degraded: false,
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(
+            "the Tessel trace has no collective over two or more ranks (a run without data \
+             parallelism)"
+                .to_string(),
+        );
+    }
+    let mut names: Vec<&str> = rows.iter().map(|r| r.kind.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    let input = CalibrationInput {
+        file,
+        kind: "tessel-trace".to_string(),
         measures: names.join(" "),
         ranks: rows.iter().map(|r| r.ranks as u64).max(),
         ranks_per_node: rows.iter().map(|r| r.per_node as u64).max(),

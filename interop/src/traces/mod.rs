@@ -3,17 +3,20 @@
 //!
 //! - [`nccl_tests`]: the output of NVIDIA's nccl-tests (`all_reduce_perf`, ...);
 //! - [`gemm_csv`]: a CSV of GEMM timings (`m,n,k` and a time or a rate);
-//! - [`kineto`]: PyTorch profiler traces (the NCCL kernels and what they moved).
+//! - [`kineto`]: PyTorch profiler traces (the NCCL kernels and what they moved);
+//! - [`tessel`]: Tessel's own `tessel launch --trace` files (their collectives).
 
 pub mod gemm_csv;
 pub mod kineto;
 pub mod nccl_tests;
+pub mod tessel;
 
 use std::fmt;
 
 pub use gemm_csv::{parse_gemm_csv, GemmTiming};
 pub use kineto::{parse_kineto_trace, KinetoCollective, KinetoTrace};
 pub use nccl_tests::{parse_nccl_tests, NcclTestsDevice, NcclTestsRow, NcclTestsRun};
+pub use tessel::{parse_tessel_trace, TesselCollective};
 
 /// Why a file is not what its parser reads, with the line (1-based) where that became clear.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! The measured timeline of one step, read from the Chrome trace `tessel launch` writes
 //! (`traceEvents` with complete events, `ph: "X"`, `tid` = global rank, `cat` = forward,
-//! backward, comm or optimizer, `ts`/`dur` in microseconds).
+//! backward, comm or optimizer, `ts`/`dur` in microseconds; `collective` events nested inside
+//! them are skipped).
 //!
 //! One lane per pipeline stage: the lowest global rank of the stage (via the plan's rank map)
 //! that has events stands for it. The step drawn is the last one every lane completed, found by
@@ -105,6 +106,11 @@ pub fn parse_trace(text: &str, plan: &Plan) -> Result<MeasuredTimeline, ReportEr
         }
         let name = event.get("name").and_then(Value::as_str).unwrap_or("");
         let category = event.get("cat").and_then(Value::as_str).unwrap_or("");
+        // Collectives are traced inside the events that run them (for `tessel calibrate`):
+        // drawing them too would count their time twice.
+        if category == "collective" {
+            continue;
+        }
         raw.push(RawEvent {
             rank,
             kind: EventKind::parse(category, name),
