@@ -19,6 +19,14 @@ fn seeds() -> Vec<&'static str> {
     ]
 }
 
+/// Every parser on the same text: each gives its rows or an error.
+fn parse_with_each(text: &str) {
+    let _ = parse_nccl_tests(text);
+    let _ = parse_kineto_trace(text);
+    let _ = parse_gemm_csv(text);
+    let _ = parse_tessel_trace(text);
+}
+
 fn runner() -> TestRunner {
     let cases = std::env::var("TESSEL_FUZZ_CASES")
         .ok()
@@ -68,11 +76,7 @@ fn mutated_samples_never_panic() {
                     }
                 }
             }
-            let text = lines.join("\n");
-            let _ = parse_nccl_tests(&text);
-            let _ = parse_kineto_trace(&text);
-            let _ = parse_gemm_csv(&text);
-            let _ = parse_tessel_trace(&text);
+            parse_with_each(&lines.join("\n"));
             Ok(())
         })
         .unwrap();
@@ -82,10 +86,7 @@ fn mutated_samples_never_panic() {
 fn random_text_never_panics() {
     runner()
         .run(&"(#|[ 0-9a-z.:\\[\\]<>,-]{0,40}\n){0,30}", |text| {
-            let _ = parse_nccl_tests(&text);
-            let _ = parse_kineto_trace(&text);
-            let _ = parse_gemm_csv(&text);
-            let _ = parse_tessel_trace(&text);
+            parse_with_each(&text);
             Ok(())
         })
         .unwrap();

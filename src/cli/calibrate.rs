@@ -210,20 +210,18 @@ fn read_nccl_tests(
             "{ranks} rank: a collective needs two or more to measure anything"
         ));
     }
-    let links = links_of(spec);
     let rows = run
         .rows
         .iter()
-        .map(|row| CollectiveMeasurement {
-            source: file.clone(),
-            system: spec.cluster.name.clone(),
-            kind,
-            ranks: ranks as f64,
-            per_node: per_node as f64,
-            bytes: row.bytes as f64,
-            links,
-            seconds: row.out_of_place_us * 1e-6,
-            reported_degraded: false,
+        .map(|row| {
+            measured(
+                &file,
+                spec,
+                kind,
+                (ranks, per_node),
+                row.bytes,
+                row.out_of_place_us * 1e-6,
+            )
         })
         .collect::<Vec<_>>();
     let input = CalibrationInput {
@@ -263,17 +261,14 @@ fn read_kineto(
                     .max()
                     .unwrap_or(gpus_per_node)
             });
-            Some(CollectiveMeasurement {
-                source: file.clone(),
-                system: spec.cluster.name.clone(),
+            Some(measured(
+                &file,
+                spec,
                 kind,
-                ranks: c.group_size as f64,
-                per_node: per_node.min(c.group_size).max(1) as f64,
-                bytes: c.bytes as f64,
-                links: links_of(spec),
-                seconds: c.duration_us * 1e-6,
-                reported_degraded: false,
-            })
+                (c.group_size, per_node.clamp(1, c.group_size)),
+                c.bytes,
+                c.duration_us * 1e-6,
+            ))
         })
         .collect();
     if rows.is_empty() {
@@ -285,18 +280,7 @@ fn read_kineto(
             trace.collectives.len() + trace.skipped_collectives
         ));
     }
-    let mut names: Vec<&str> = rows.iter().map(|r| r.kind.name()).collect();
-    names.sort_unstable();
-    names.dedup();
-    let input = CalibrationInput {
-        file,
-        kind: "pytorch-profiler".to_string(),
-        measures: names.join(" "),
-        ranks: rows.iter().map(|r| r.ranks as u64).max(),
-        ranks_per_node: rows.iter().map(|r| r.per_node as u64).max(),
-        rows: rows.len(),
-    };
-    Ok((input, rows))
+    Ok((traced_input(file, "pytorch-profiler", &rows), rows))
 }
 
 /// A Tessel trace's data-parallel collectives, each call a measurement.
@@ -315,17 +299,14 @@ fn read_tessel(
                 .per_node
                 .unwrap_or(spec.cluster.gpus_per_node)
                 .clamp(1, c.ranks);
-            Some(CollectiveMeasurement {
-                source: file.clone(),
-                system: spec.cluster.name.clone(),
-                kind: Collective::from_name(&c.name)?,
-                ranks: c.ranks as f64,
-                per_node: per_node as f64,
-                bytes: c.bytes as f64,
-                links: links_of(spec),
-                seconds: c.duration_us * 1e-6,
-                reported_degraded: false,
-            })
+            Some(measured(
+                &file,
+                spec,
+                Collective::from_name(&c.name)?,
+                (c.ranks, per_node),
+                c.bytes,
+                c.duration_us * 1e-6,
+            ))
         })
         .collect();
     if rows.is_empty() {
@@ -335,18 +316,44 @@ fn read_tessel(
                 .to_string(),
         );
     }
+    Ok((traced_input(file, "tessel-trace", &rows), rows))
+}
+
+/// A trace's input line: the collectives it measured, its largest group.
+fn traced_input(file: String, kind: &str, rows: &[CollectiveMeasurement]) -> CalibrationInput {
     let mut names: Vec<&str> = rows.iter().map(|r| r.kind.name()).collect();
     names.sort_unstable();
     names.dedup();
-    let input = CalibrationInput {
+    CalibrationInput {
         file,
-        kind: "tessel-trace".to_string(),
+        kind: kind.to_string(),
         measures: names.join(" "),
         ranks: rows.iter().map(|r| r.ranks as u64).max(),
         ranks_per_node: rows.iter().map(|r| r.per_node as u64).max(),
         rows: rows.len(),
-    };
-    Ok((input, rows))
+    }
+}
+
+/// One timed collective on the spec's cluster.
+fn measured(
+    file: &str,
+    spec: &Spec,
+    kind: Collective,
+    (ranks, per_node): (u64, u64),
+    bytes: u64,
+    seconds: f64,
+) -> CollectiveMeasurement {
+    CollectiveMeasurement {
+        source: file.to_string(),
+        system: spec.cluster.name.clone(),
+        kind,
+        ranks: ranks as f64,
+        per_node: per_node as f64,
+        bytes: bytes as f64,
+        links: links_of(spec),
+        seconds,
+        reported_degraded: false,
+    }
 }
 
 /// PyTorch's collective names, as its profiler records them.
