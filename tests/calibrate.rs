@@ -55,12 +55,21 @@ fn explain_names_the_parameters_and_the_file_is_written() {
         text.contains("calibrated cluster a3mega_16 from 1 file (31 measurements)"),
         "{text}"
     );
-    for name in ["call_latency_s", "inter_efficiency", "ll_intra_step_s"] {
+    for name in ["call_latency_s", "inter_efficiency", "ll_intra_step_s", "supported"] {
         assert!(text.contains(name), "{name} missing from\n{text}");
     }
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     assert_eq!(written["collectives_fit"]["rows"], 31);
+    // Each parameter's supported values bracket its fit.
+    for p in written["collectives_fit"]["parameters"].as_array().unwrap() {
+        let (after, low, high) = (
+            p["after"].as_f64().unwrap(),
+            p["supported"][0].as_f64().unwrap(),
+            p["supported"][1].as_f64().unwrap(),
+        );
+        assert!(low <= after && after <= high, "{p}");
+    }
 }
 
 #[test]

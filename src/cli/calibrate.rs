@@ -49,7 +49,8 @@ pub struct Args {
     /// node, at most the ranks).
     #[arg(long)]
     pub per_node: Option<u64>,
-    /// Print every parameter before and after, and which stopped on its range's bound.
+    /// Print every parameter before and after, the values the measurements support (the fit's
+    /// error within 10 % of its minimum, the others held), and which stopped on its bound.
     #[arg(long)]
     pub explain: bool,
 }
@@ -469,8 +470,8 @@ fn fit_summary(what: &str, fit: &PrimitiveFit, explain: bool) -> String {
     }
     if explain {
         out.push_str(&format!(
-            "    {:<18} {:>12} {:>12} {:>12}  range\n",
-            "parameter", "committed", "fitted", "moved"
+            "    {:<18} {:>12} {:>12} {:>12}  {:<24} range\n",
+            "parameter", "committed", "fitted", "moved", "supported"
         ));
         for p in &fit.parameters {
             let moved = if p.before != 0.0 {
@@ -478,8 +479,13 @@ fn fit_summary(what: &str, fit: &PrimitiveFit, explain: bool) -> String {
             } else {
                 "-".to_string()
             };
+            let supported = format!(
+                "{}–{}",
+                value(&p.name, p.supported[0]),
+                value(&p.name, p.supported[1])
+            );
             out.push_str(&format!(
-                "    {:<18} {:>12} {:>12} {:>12}  {}–{}{}\n",
+                "    {:<18} {:>12} {:>12} {:>12}  {supported:<24} {}–{}{}\n",
                 p.name,
                 value(&p.name, p.before),
                 value(&p.name, p.after),

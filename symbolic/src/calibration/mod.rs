@@ -10,8 +10,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::primitives::fit::{
-    collective_values, fit_collectives, fit_gemms, gemm_values, median, predict_collective,
-    predict_gemm, relative_error, Range, COLLECTIVE_RANGES, GEMM_RANGES,
+    collective_loss, collective_values, fit_collectives, fit_gemms, gemm_loss, gemm_values, median,
+    predict_collective, predict_gemm, relative_error, Range, COLLECTIVE_RANGES, GEMM_RANGES,
 };
 use crate::primitives::{CollectiveMeasurement, CollectiveParams, GemmMeasurement, GemmParams};
 
@@ -75,7 +75,19 @@ pub struct ParameterMove {
     /// Stopped within 0.1 % of the range's width from an end: the measurements would take it
     /// further, so some mechanism is missing or the cluster's links are not what the spec says.
     pub on_bound: bool,
+    /// The values, the others held at their fit, over which the fit's mean |log error| stays
+    /// within [`SUPPORT_SLACK`] of its minimum: how tightly the measurements pin it down (a
+    /// range as wide as the parameter's own says they do not).
+    pub supported: [f64; 2],
 }
+
+/// How much worse than the fit a parameter's value may make the loss and still count as
+/// supported by the measurements: 10 % of the loss, and at least half a point of mean
+/// |log error|.
+pub const SUPPORT_SLACK: f64 = 0.1;
+const SUPPORT_FLOOR: f64 = 0.005;
+/// Points of each parameter's range tried around the fit.
+const SUPPORT_POINTS: usize = 200;
 
 /// Fits NCCL's parameters to `measurements` from `start` (the committed values).
 pub fn fit_cluster_collectives(
@@ -95,6 +107,7 @@ pub fn fit_cluster_collectives(
         &COLLECTIVE_RANGES,
         collective_values(start),
         collective_values(&fitted),
+        |x| collective_loss(&rows, x),
     );
     (fitted, fit)
 }
@@ -118,6 +131,7 @@ pub fn fit_cluster_gemms(
         &GEMM_RANGES,
         gemm_values(start),
         gemm_values(&fitted),
+        |x| gemm_loss(&rows, x),
     );
     (fitted, fit)
 }
@@ -128,13 +142,17 @@ fn summary(
     ranges: &[Range],
     start: Vec<f64>,
     fitted: Vec<f64>,
+    loss: impl Fn(&[f64]) -> f64,
 ) -> PrimitiveFit {
+    let best = loss(&fitted);
+    let limit = best + (SUPPORT_SLACK * best).max(SUPPORT_FLOOR);
     let median_abs =
         |errors: Vec<f64>| median(&mut errors.iter().map(|e| e.abs()).collect::<Vec<_>>());
     let parameters = ranges
         .iter()
-        .zip(start.into_iter().zip(fitted))
-        .map(|(range, (before, after))| {
+        .zip(start.into_iter().zip(fitted.iter().copied()))
+        .enumerate()
+        .map(|(i, (range, (before, after)))| {
             let slack = 1e-3 * (range.high - range.low);
             ParameterMove {
                 name: range.name.to_string(),
@@ -143,6 +161,7 @@ fn summary(
                 low: range.low,
                 high: range.high,
                 on_bound: after - range.low <= slack || range.high - after <= slack,
+                supported: supported(&fitted, i, range, |x| loss(x) <= limit),
             }
         })
         .collect();
@@ -152,6 +171,36 @@ fn summary(
         median_error_after: median_abs(after),
         parameters,
     }
+}
+
+/// The contiguous span of parameter `i`'s range around its fitted value where `accepted`
+/// holds, the other parameters at their fit.
+fn supported(
+    fitted: &[f64],
+    i: usize,
+    range: &Range,
+    accepted: impl Fn(&[f64]) -> bool,
+) -> [f64; 2] {
+    let at = |value: f64| {
+        let mut x = fitted.to_vec();
+        x[i] = value;
+        accepted(&x)
+    };
+    let step = (range.high - range.low) / SUPPORT_POINTS as f64;
+    let walk = |direction: f64| {
+        let mut edge = fitted[i];
+        loop {
+            let next = edge + direction * step;
+            if next < range.low - 1e-12 * step.abs()
+                || next > range.high + 1e-12 * step.abs()
+                || !at(next)
+            {
+                return edge;
+            }
+            edge = next;
+        }
+    };
+    [walk(-1.0), walk(1.0)]
 }
 
 #[cfg(test)]
@@ -196,5 +245,11 @@ mod tests {
         let moved = |name: &str| fit.parameters.iter().find(|p| p.name == name).unwrap();
         assert!((moved("inter_efficiency").after - 0.6).abs() < 0.03);
         assert!(!moved("inter_efficiency").on_bound);
+        // Large messages over the network pin the NIC efficiency.
+        let [low, high] = moved("inter_efficiency").supported;
+        assert!(
+            low <= 0.6 && 0.6 <= high && high - low < 0.2,
+            "{low}–{high}"
+        );
     }
 }

@@ -136,17 +136,19 @@ pub fn predict_collective(row: &CollectiveMeasurement, params: &CollectiveParams
     collective_time(row.kind, row.bytes, &group, &row.links, params)
 }
 
+/// The collectives' fit loss at parameters `x` (in [`COLLECTIVE_RANGES`]' order).
+pub fn collective_loss(rows: &[&CollectiveMeasurement], x: &[f64]) -> f64 {
+    let params = collective_params(x);
+    source_weighted(rows, |r| (predict_collective(r, &params) / r.seconds).ln())
+}
+
 /// NCCL's parameters fitted on `rows`.
 pub fn fit_collectives(
     rows: &[&CollectiveMeasurement],
     start: &CollectiveParams,
 ) -> CollectiveParams {
-    let loss = |x: &[f64]| {
-        let params = collective_params(x);
-        source_weighted(rows, |r| (predict_collective(r, &params) / r.seconds).ln())
-    };
     collective_params(&minimize(
-        loss,
+        |x| collective_loss(rows, x),
         &collective_values(start),
         &COLLECTIVE_RANGES,
     ))
@@ -187,12 +189,18 @@ pub fn gemm_generation(row: &GemmMeasurement) -> GpuGeneration {
     }
 }
 
+/// The GEMMs' fit loss at parameters `x` (in [`GEMM_RANGES`]' order).
+pub fn gemm_loss(rows: &[&GemmMeasurement], x: &[f64]) -> f64 {
+    let params = gemm_params(x);
+    source_weighted(rows, |r| (predict_gemm(r, &params) / r.seconds).ln())
+}
+
 pub fn fit_gemms(rows: &[&GemmMeasurement], start: &GemmParams) -> GemmParams {
-    let loss = |x: &[f64]| {
-        let params = gemm_params(x);
-        source_weighted(rows, |r| (predict_gemm(r, &params) / r.seconds).ln())
-    };
-    gemm_params(&minimize(loss, &gemm_values(start), &GEMM_RANGES))
+    gemm_params(&minimize(
+        |x| gemm_loss(rows, x),
+        &gemm_values(start),
+        &GEMM_RANGES,
+    ))
 }
 
 // --- attention ------------------------------------------------------------------------------
