@@ -55,7 +55,12 @@ fn explain_names_the_parameters_and_the_file_is_written() {
         text.contains("calibrated cluster a3mega_16 from 1 file (31 measurements)"),
         "{text}"
     );
-    for name in ["call_latency_s", "inter_efficiency", "ll_intra_step_s", "supported"] {
+    for name in [
+        "call_latency_s",
+        "inter_efficiency",
+        "ll_intra_step_s",
+        "supported",
+    ] {
         assert!(text.contains(name), "{name} missing from\n{text}");
     }
     let written: serde_json::Value =

@@ -221,8 +221,9 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// The committed calibration, with NCCL's parameters from the cluster's calibration file
-    /// (`cluster { calibration = "…" }`, written by `tessel calibrate`) when it has one.
+    /// The committed calibration, with the collective and GEMM parameters of the cluster's
+    /// calibration file (`cluster { calibration = "…" }`, written by `tessel calibrate`) when it
+    /// has one.
     pub fn for_spec(spec: &tessel_grammar::Spec) -> Result<Calibration, super::CostError> {
         let mut calibration = Calibration::default();
         let Some(file) = &spec.cluster.calibration else {

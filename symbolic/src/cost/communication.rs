@@ -217,14 +217,14 @@ fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
 }
 
 /// Exposed seconds of ZeRO-3's communication in one micro-batch. Every layer's weights are
-/// all-gathered over the `ds·cp` sharding ranks before its forward and again before its backward, and its
-/// gradients reduce-scattered after its backward (DeepSpeed: in `reduce_bucket_size`
-/// buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the gather of the next
-/// layer runs behind the current layer's compute, so only the first layer's gather and what
-/// exceeds each layer's compute is exposed; without it every gather is. The reduce-scatter
-/// hides behind the next layer's backward when `overlap.grad_reduce` (sharing the links with
-/// the gathers), else it is exposed. `layer_forward` and `layer_backward` are one layer's
-/// compute (backward including its recomputed forward).
+/// all-gathered over the `ds·cp` sharding ranks before its forward and again before its
+/// backward, and its gradients reduce-scattered after its backward (DeepSpeed: in
+/// `reduce_bucket_size` buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the
+/// gather of the next layer runs behind the current layer's compute, so only the first layer's
+/// gather and what exceeds each layer's compute is exposed; without it every gather is. The
+/// reduce-scatter hides behind the next layer's backward when `overlap.grad_reduce` (sharing
+/// the links with the gathers), else it is exposed. `layer_forward` and `layer_backward` are
+/// one layer's compute (backward including its recomputed forward).
 pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: Expr) -> Expr {
     let ring = ctx.shard_ring();
     let (_, _, z3) = ctx.zero_flags();
