@@ -117,6 +117,21 @@ fn a_pytorch_profiler_trace_gives_its_nccl_kernels() {
 }
 
 #[test]
+fn a_profiler_trace_with_shapes_fits_the_gemm_primitive() {
+    let cal = calibration(&[
+        "tests/traces/kineto/tracelens-qwen1.5-0.5b-h100-gemms.json",
+        "--spec",
+        SPEC,
+    ]);
+    assert_eq!(cal["inputs"][0]["measures"], "gemm");
+    assert_eq!(cal["gemm_fit"]["rows"], 168);
+    let before = cal["gemm_fit"]["median_error_before"].as_f64().unwrap();
+    let after = cal["gemm_fit"]["median_error_after"].as_f64().unwrap();
+    assert!(after < 0.5 * before && after < 0.05, "{before} → {after}");
+    assert!(cal.get("collectives").is_none());
+}
+
+#[test]
 fn a_table_without_its_device_list_needs_the_rank_count() {
     let output = tessel(&["calibrate", H800_TABLE, "--spec", SPEC]);
     assert_eq!(output.status.code(), Some(1));

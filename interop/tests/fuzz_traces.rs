@@ -15,6 +15,7 @@ fn seeds() -> Vec<&'static str> {
         include_str!("../../tests/traces/nccl-tests/rtx5090-all-reduce-tagged-1x2.txt"),
         include_str!("../../tests/traces/nccl-tests/h800-alltoall-4x8.txt"),
         include_str!("../../tests/traces/kineto/hta-nccl-a100-2ranks.json"),
+        include_str!("../../tests/traces/kineto/tracelens-qwen1.5-0.5b-h100-gemms.json"),
         include_str!("../../tests/traces/gemm/h100-cublas-fp16.csv"),
     ]
 }

@@ -93,3 +93,21 @@ fn a_pytorch_profiler_trace_s_nccl_kernels() {
         6
     );
 }
+
+#[test]
+fn a_profiler_trace_with_shapes_gives_its_bf16_gemms() {
+    let trace = tessel_interop::traces::parse_kineto_trace(&kineto_sample(
+        "tracelens-qwen1.5-0.5b-h100-gemms.json",
+    ))
+    .unwrap();
+    assert_eq!(trace.gpu.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    // 169 matrix products with shapes: 96 bf16 `mm` and 72 bf16 `addmm`, and one fp32 `bmm`
+    // (left out: the GEMM primitive is bf16/fp16, one matrix).
+    assert_eq!(trace.gemms.len(), 168);
+    assert!(trace.gemms.iter().all(|g| g.dtype == "bf16"));
+    // `aten::addmm(bias, [8944, 1024], [1024, 1024])`, one 31.97 µs kernel.
+    let first = &trace.gemms[0];
+    assert_eq!((first.m, first.k, first.n), (8944, 1024, 1024));
+    assert_eq!(first.duration_us, 31.967);
+    assert!(trace.collectives.is_empty());
+}

@@ -76,20 +76,23 @@ pub fn run(args: &Args) -> ExitCode {
                     input
                 })
             }
-            Ok(text) => {
-                let measured = if text.trim_start().starts_with(['{', '[']) {
-                    match parse_tessel_trace(&text) {
-                        Ok(traced) => read_tessel(path, &traced, args, &spec),
-                        Err(_) => read_kineto(path, &text, args, &spec),
-                    }
-                } else {
-                    read_nccl_tests(path, &text, args, &spec)
-                };
-                measured.map(|(input, rows)| {
-                    collectives.extend(rows);
-                    input
-                })
+            Ok(text) if text.trim_start().starts_with(['{', '[']) => {
+                match parse_tessel_trace(&text) {
+                    Ok(traced) => read_tessel(path, &traced, args, &spec).map(|(input, rows)| {
+                        collectives.extend(rows);
+                        input
+                    }),
+                    Err(_) => read_kineto(path, &text, args, &spec).map(|(input, c, g)| {
+                        collectives.extend(c);
+                        gemms.extend(g);
+                        input
+                    }),
+                }
             }
+            Ok(text) => read_nccl_tests(path, &text, args, &spec).map(|(input, rows)| {
+                collectives.extend(rows);
+                input
+            }),
         };
         match read {
             Ok(input) => inputs.push(input),
@@ -151,26 +154,9 @@ fn read_gemm_csv(
 ) -> Result<(CalibrationInput, Vec<GemmMeasurement>), String> {
     let timings = parse_gemm_csv(text).map_err(|e| e.to_string())?;
     let file = file_name(path);
-    let gpu = &spec.cluster.gpu;
     let rows: Vec<GemmMeasurement> = timings
         .iter()
-        .map(|t| GemmMeasurement {
-            source: file.clone(),
-            gpu: gpu.name.clone(),
-            m: t.m as f64,
-            n: t.n as f64,
-            k: t.k as f64,
-            device: GemmDevice {
-                peak_flops: if t.dtype == "fp16" {
-                    gpu.peak.fp16
-                } else {
-                    gpu.peak.bf16
-                },
-                memory_bandwidth: gpu.hbm_bandwidth,
-                sms: sm_count(&gpu.name),
-            },
-            seconds: t.seconds,
-        })
+        .map(|t| gemm_measured(&file, spec, (t.m, t.n, t.k), &t.dtype, t.seconds))
         .collect();
     let input = CalibrationInput {
         file,
@@ -181,6 +167,34 @@ fn read_gemm_csv(
         rows: rows.len(),
     };
     Ok((input, rows))
+}
+
+/// One timed GEMM (`m × k` by `k × n`, bf16 or fp16) on the spec's GPU.
+fn gemm_measured(
+    file: &str,
+    spec: &Spec,
+    (m, n, k): (u64, u64, u64),
+    dtype: &str,
+    seconds: f64,
+) -> GemmMeasurement {
+    let gpu = &spec.cluster.gpu;
+    GemmMeasurement {
+        source: file.to_string(),
+        gpu: gpu.name.clone(),
+        m: m as f64,
+        n: n as f64,
+        k: k as f64,
+        device: GemmDevice {
+            peak_flops: if dtype == "fp16" {
+                gpu.peak.fp16
+            } else {
+                gpu.peak.bf16
+            },
+            memory_bandwidth: gpu.hbm_bandwidth,
+            sms: sm_count(&gpu.name),
+        },
+        seconds,
+    }
 }
 
 /// One nccl-tests file's measurements, with what they were measured on.
@@ -236,14 +250,22 @@ fn read_nccl_tests(
     Ok((input, rows))
 }
 
-/// A PyTorch profiler trace's NCCL kernels: each its own measurement of its collective over
-/// its process group, placed on the spec's nodes by global rank.
+/// A PyTorch profiler trace's NCCL kernels, each its own measurement of its collective over
+/// its process group, placed on the spec's nodes by global rank; and its GEMMs with shapes,
+/// timed by the kernels they launched.
 fn read_kineto(
     path: &Path,
     text: &str,
     args: &Args,
     spec: &Spec,
-) -> Result<(CalibrationInput, Vec<CollectiveMeasurement>), String> {
+) -> Result<
+    (
+        CalibrationInput,
+        Vec<CollectiveMeasurement>,
+        Vec<GemmMeasurement>,
+    ),
+    String,
+> {
     let trace = parse_kineto_trace(text).map_err(|e| e.to_string())?;
     let file = file_name(path);
     let gpus_per_node = spec.cluster.gpus_per_node.max(1);
@@ -272,16 +294,32 @@ fn read_kineto(
             ))
         })
         .collect();
-    if rows.is_empty() {
+    let gemms: Vec<GemmMeasurement> = trace
+        .gemms
+        .iter()
+        .map(|g| gemm_measured(&file, spec, (g.m, g.n, g.k), g.dtype, g.duration_us * 1e-6))
+        .collect();
+    if rows.is_empty() && gemms.is_empty() {
         return Err(format!(
             "neither a Tessel trace with collectives nor a PyTorch profiler trace with an NCCL \
              kernel of a modelled collective, its size and group ({} collective kernels, none \
-             all-reduce, all-gather, reduce-scatter or all-to-all over two or more ranks); \
-             profile with PyTorch 2.1 or newer",
+             all-reduce, all-gather, reduce-scatter or all-to-all over two or more ranks) or \
+             a bf16/fp16 GEMM with its shapes; profile with PyTorch 2.1 or newer and \
+             record_shapes=True",
             trace.collectives.len() + trace.skipped_collectives
         ));
     }
-    Ok((traced_input(file, "pytorch-profiler", &rows), rows))
+    let mut input = traced_input(file, "pytorch-profiler", &rows);
+    if !gemms.is_empty() {
+        input.measures = [input.measures.as_str(), "gemm"]
+            .iter()
+            .filter(|m| !m.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+        input.rows += gemms.len();
+    }
+    Ok((input, rows, gemms))
 }
 
 /// A Tessel trace's data-parallel collectives, each call a measurement.

@@ -3,9 +3,14 @@
 //! kernel with the collective, message size and group size PyTorch records on it
 //! (`Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`,
 //! `Process Group Ranks`, as PyTorch ≥ 2.1 writes them). A kernel's duration includes any wait
-//! for slower peers, so it bounds the collective's time from above.
+//! for slower peers, so it bounds the collective's time from above. With `record_shapes`, each
+//! bf16 or fp16 `aten::mm` and `aten::addmm` with its shapes, timed by the kernels it launched
+//! (the kernels' `External id` is the op's).
 //!
-//! Sample: `tests/traces/kineto/` (an excerpt of Holistic Trace Analysis's test data).
+//! Samples: `tests/traces/kineto/` (excerpts of Holistic Trace Analysis's and TraceLens's test
+//! data).
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -27,6 +32,18 @@ pub struct KinetoCollective {
     pub duration_us: f64,
 }
 
+/// One GEMM the trace recorded with its shapes: `m × k` by `k × n`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KinetoGemm {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// `bf16` or `fp16`.
+    pub dtype: &'static str,
+    /// The launched kernels' time, microseconds.
+    pub duration_us: f64,
+}
+
 /// What one rank's trace says.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KinetoTrace {
@@ -38,6 +55,8 @@ pub struct KinetoTrace {
     pub collectives: Vec<KinetoCollective>,
     /// Events read past: kernels of collectives without a size, or of an unknown element type.
     pub skipped_collectives: usize,
+    /// bf16 and fp16 matrix products with their shapes (traces recorded with `record_shapes`).
+    pub gemms: Vec<KinetoGemm>,
 }
 
 /// Reads a Kineto trace (the object with `traceEvents`, or a bare event array).
@@ -67,6 +86,22 @@ pub fn parse_kineto_trace(text: &str) -> Result<KinetoTrace, TraceError> {
         .and_then(Value::as_u64);
     let mut collectives = Vec::new();
     let mut skipped_collectives = 0;
+    // GPU time launched by each CPU op, by the op's `External id`.
+    let mut launched: BTreeMap<u64, f64> = BTreeMap::new();
+    for event in events {
+        if event.get("cat").and_then(Value::as_str) == Some("kernel") {
+            if let (Some(id), Some(dur)) = (
+                event.pointer("/args/External id").and_then(Value::as_u64),
+                event.get("dur").and_then(Value::as_f64),
+            ) {
+                *launched.entry(id).or_default() += dur;
+            }
+        }
+    }
+    let gemms = events
+        .iter()
+        .filter_map(|event| gemm(event, &launched))
+        .collect();
     for event in events {
         let is_kernel = event.get("cat").and_then(Value::as_str) == Some("kernel");
         let Some(args) = event.get("args").filter(|_| is_kernel) else {
@@ -80,7 +115,7 @@ pub fn parse_kineto_trace(text: &str) -> Result<KinetoTrace, TraceError> {
             None => skipped_collectives += 1,
         }
     }
-    if collectives.is_empty() && skipped_collectives == 0 && events.is_empty() {
+    if events.is_empty() {
         return Err(TraceError {
             line: 1,
             message: "the trace has no events".to_string(),
@@ -92,6 +127,42 @@ pub fn parse_kineto_trace(text: &str) -> Result<KinetoTrace, TraceError> {
         world_size,
         collectives,
         skipped_collectives,
+        gemms,
+    })
+}
+
+/// A bf16 or fp16 `aten::mm` (`[m, k], [k, n]`) or `aten::addmm` (`bias, [m, k], [k, n]`)
+/// with the time of the kernels it launched.
+fn gemm(event: &Value, launched: &BTreeMap<u64, f64>) -> Option<KinetoGemm> {
+    if event.get("cat").and_then(Value::as_str) != Some("cpu_op") {
+        return None;
+    }
+    let first = match event.get("name").and_then(Value::as_str)? {
+        "aten::mm" => 0,
+        "aten::addmm" => 1,
+        _ => return None,
+    };
+    let args = event.get("args")?;
+    let dims = args.get("Input Dims")?.as_array()?;
+    let shape = |i: usize| -> Option<Vec<u64>> {
+        dims.get(i)?.as_array()?.iter().map(Value::as_u64).collect()
+    };
+    let (a, b) = (shape(first)?, shape(first + 1)?);
+    let ([m, k], [kb, n]) = (<[u64; 2]>::try_from(a).ok()?, <[u64; 2]>::try_from(b).ok()?);
+    let types = args.get("Input type")?.as_array()?;
+    let dtype = match types.get(first)?.as_str()? {
+        "c10::BFloat16" => "bf16",
+        "c10::Half" => "fp16",
+        _ => return None,
+    };
+    let duration_us = *launched.get(&args.get("External id")?.as_u64()?)?;
+    let work = m.checked_mul(n).and_then(|mn| mn.checked_mul(k));
+    (k == kb && work.is_some_and(|w| w > 0) && duration_us > 0.0).then_some(KinetoGemm {
+        m,
+        n,
+        k,
+        dtype,
+        duration_us,
     })
 }
 

@@ -3,7 +3,7 @@
 //!
 //! - [`nccl_tests`]: the output of NVIDIA's nccl-tests (`all_reduce_perf`, ...);
 //! - [`gemm_csv`]: a CSV of GEMM timings (`m,n,k` and a time or a rate);
-//! - [`kineto`]: PyTorch profiler traces (the NCCL kernels and what they moved);
+//! - [`kineto`]: PyTorch profiler traces (NCCL kernels and what they moved, GEMMs with shapes);
 //! - [`tessel`]: Tessel's own `tessel launch --trace` files (their collectives).
 
 pub mod gemm_csv;
@@ -14,7 +14,7 @@ pub mod tessel;
 use std::fmt;
 
 pub use gemm_csv::{parse_gemm_csv, GemmTiming};
-pub use kineto::{parse_kineto_trace, KinetoCollective, KinetoTrace};
+pub use kineto::{parse_kineto_trace, KinetoCollective, KinetoGemm, KinetoTrace};
 pub use nccl_tests::{parse_nccl_tests, NcclTestsDevice, NcclTestsRow, NcclTestsRun};
 pub use tessel::{parse_tessel_trace, TesselCollective};
 
