@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use tessel_grammar::Spec;
 use tessel_interop::traces::{
-    parse_gemm_csv, parse_kineto_trace, parse_nccl_tests, parse_tessel_trace, NcclTestsRun,
+    kineto_trace, parse_gemm_csv, parse_nccl_tests, read_trace_json, tessel_trace, NcclTestsRun,
 };
 use tessel_symbolic::calibration::{
     fit_cluster_collectives, fit_cluster_gemms, CalibrationInput, ClusterCalibration, PrimitiveFit,
@@ -77,17 +77,23 @@ pub fn run(args: &Args) -> ExitCode {
                 })
             }
             Ok(text) if text.trim_start().starts_with(['{', '[']) => {
-                match parse_tessel_trace(&text) {
-                    Ok(traced) => read_tessel(path, &traced, args, &spec).map(|(input, rows)| {
-                        collectives.extend(rows);
-                        input
-                    }),
-                    Err(_) => read_kineto(path, &text, args, &spec).map(|(input, c, g)| {
-                        collectives.extend(c);
-                        gemms.extend(g);
-                        input
-                    }),
-                }
+                // One JSON document, read once: Tessel's trace if it records collectives,
+                // else the PyTorch profiler's.
+                read_trace_json(&text)
+                    .map_err(|e| e.to_string())
+                    .and_then(|value| match tessel_trace(&value) {
+                        Ok(traced) => {
+                            read_tessel(path, &traced, args, &spec).map(|(input, rows)| {
+                                collectives.extend(rows);
+                                input
+                            })
+                        }
+                        Err(_) => read_kineto(path, &value, args, &spec).map(|(input, c, g)| {
+                            collectives.extend(c);
+                            gemms.extend(g);
+                            input
+                        }),
+                    })
             }
             Ok(text) => read_nccl_tests(path, &text, args, &spec).map(|(input, rows)| {
                 collectives.extend(rows);
@@ -255,7 +261,7 @@ fn read_nccl_tests(
 /// timed by the kernels they launched.
 fn read_kineto(
     path: &Path,
-    text: &str,
+    document: &serde_json::Value,
     args: &Args,
     spec: &Spec,
 ) -> Result<
@@ -266,7 +272,7 @@ fn read_kineto(
     ),
     String,
 > {
-    let trace = parse_kineto_trace(text).map_err(|e| e.to_string())?;
+    let trace = kineto_trace(document).map_err(|e| e.to_string())?;
     let file = file_name(path);
     let gpus_per_node = spec.cluster.gpus_per_node.max(1);
     let rows: Vec<CollectiveMeasurement> = trace

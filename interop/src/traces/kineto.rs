@@ -61,11 +61,12 @@ pub struct KinetoTrace {
 
 /// Reads a Kineto trace (the object with `traceEvents`, or a bare event array).
 pub fn parse_kineto_trace(text: &str) -> Result<KinetoTrace, TraceError> {
-    let value: Value = serde_json::from_str(text).map_err(|error| TraceError {
-        line: error.line(),
-        message: format!("not a PyTorch profiler trace: not JSON ({error})"),
-    })?;
-    let events = match &value {
+    kineto_trace(&super::read_trace_json(text)?)
+}
+
+/// [`parse_kineto_trace`] of a document already read.
+pub fn kineto_trace(value: &Value) -> Result<KinetoTrace, TraceError> {
+    let events = match value {
         Value::Object(map) => map.get("traceEvents").and_then(Value::as_array),
         Value::Array(events) => Some(events),
         _ => None,
@@ -74,6 +75,12 @@ pub fn parse_kineto_trace(text: &str) -> Result<KinetoTrace, TraceError> {
         line: 1,
         message: "not a PyTorch profiler trace: no `traceEvents` array".to_string(),
     })?;
+    if events.is_empty() {
+        return Err(TraceError {
+            line: 1,
+            message: "the trace has no events".to_string(),
+        });
+    }
     let gpu = value
         .pointer("/deviceProperties/0/name")
         .and_then(Value::as_str)
@@ -114,12 +121,6 @@ pub fn parse_kineto_trace(text: &str) -> Result<KinetoTrace, TraceError> {
             Some(c) => collectives.push(c),
             None => skipped_collectives += 1,
         }
-    }
-    if events.is_empty() {
-        return Err(TraceError {
-            line: 1,
-            message: "the trace has no events".to_string(),
-        });
     }
     Ok(KinetoTrace {
         gpu,

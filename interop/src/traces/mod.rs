@@ -14,9 +14,9 @@ pub mod tessel;
 use std::fmt;
 
 pub use gemm_csv::{parse_gemm_csv, GemmTiming};
-pub use kineto::{parse_kineto_trace, KinetoCollective, KinetoGemm, KinetoTrace};
+pub use kineto::{kineto_trace, parse_kineto_trace, KinetoCollective, KinetoGemm, KinetoTrace};
 pub use nccl_tests::{parse_nccl_tests, NcclTestsDevice, NcclTestsRow, NcclTestsRun};
-pub use tessel::{parse_tessel_trace, TesselCollective};
+pub use tessel::{parse_tessel_trace, tessel_trace, TesselCollective};
 
 /// Why a file is not what its parser reads, with the line (1-based) where that became clear.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,3 +32,12 @@ impl fmt::Display for TraceError {
 }
 
 impl std::error::Error for TraceError {}
+
+/// A Chrome-trace JSON document (PyTorch profiler's, Tessel's), read once for the readers of
+/// its events ([`kineto_trace`], [`tessel_trace`]).
+pub fn read_trace_json(text: &str) -> Result<serde_json::Value, TraceError> {
+    serde_json::from_str(text).map_err(|error| TraceError {
+        line: error.line(),
+        message: format!("not a trace: not JSON ({error})"),
+    })
+}

@@ -19,10 +19,11 @@ pub struct TesselCollective {
 
 /// The collectives of a Tessel trace; an error when the JSON is not one.
 pub fn parse_tessel_trace(text: &str) -> Result<Vec<TesselCollective>, TraceError> {
-    let value: Value = serde_json::from_str(text).map_err(|error| TraceError {
-        line: error.line(),
-        message: format!("not a trace: not JSON ({error})"),
-    })?;
+    tessel_trace(&super::read_trace_json(text)?)
+}
+
+/// [`parse_tessel_trace`] of a document already read.
+pub fn tessel_trace(value: &Value) -> Result<Vec<TesselCollective>, TraceError> {
     let events = value
         .get("traceEvents")
         .and_then(Value::as_array)

@@ -10,8 +10,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::primitives::fit::{
-    collective_loss, collective_values, fit_collectives, fit_gemms, gemm_loss, gemm_values, median,
-    predict_collective, predict_gemm, relative_error, Range, COLLECTIVE_RANGES, GEMM_RANGES,
+    collective_loss, collective_values, fit_collectives, fit_gemms, gemm_loss, gemm_values,
+    predict_collective, predict_gemm, relative_error, PrimitiveScore, Range, COLLECTIVE_RANGES,
+    GEMM_RANGES,
 };
 use crate::primitives::{CollectiveMeasurement, CollectiveParams, GemmMeasurement, GemmParams};
 
@@ -146,8 +147,6 @@ fn summary(
 ) -> PrimitiveFit {
     let best = loss(&fitted);
     let limit = best + (SUPPORT_SLACK * best).max(SUPPORT_FLOOR);
-    let median_abs =
-        |errors: Vec<f64>| median(&mut errors.iter().map(|e| e.abs()).collect::<Vec<_>>());
     let parameters = ranges
         .iter()
         .zip(start.into_iter().zip(fitted.iter().copied()))
@@ -167,8 +166,8 @@ fn summary(
         .collect();
     PrimitiveFit {
         rows: before.len(),
-        median_error_before: median_abs(before),
-        median_error_after: median_abs(after),
+        median_error_before: PrimitiveScore::median_abs(&before),
+        median_error_after: PrimitiveScore::median_abs(&after),
         parameters,
     }
 }
