@@ -401,10 +401,17 @@ fn measured(
     }
 }
 
+/// A name in lower case without separators: `All-Reduce_perf` → `allreduceperf`.
+fn squashed(name: &str) -> String {
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
 /// PyTorch's collective names, as its profiler records them.
 fn collective_of_pytorch(name: &str) -> Option<Collective> {
-    let flat: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-    Some(match flat.to_ascii_lowercase().as_str() {
+    Some(match squashed(name).as_str() {
         "allreduce" | "allreducecoalesced" => Collective::AllReduce,
         "allgather" | "allgatherbase" | "allgatherintotensor" | "allgatherintotensorcoalesced" => {
             Collective::AllGather
@@ -436,11 +443,7 @@ fn collective_of(
         return Collective::from_name(name)
             .ok_or_else(|| format!("`{name}` is not a collective Tessel models ({NAMES})"));
     }
-    let flat: String = file
-        .to_ascii_lowercase()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect();
+    let flat = squashed(file);
     [
         ("allreduce", Collective::AllReduce),
         ("allgather", Collective::AllGather),
