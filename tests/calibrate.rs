@@ -132,6 +132,29 @@ fn a_profiler_trace_with_shapes_fits_the_gemm_primitive() {
 }
 
 #[test]
+fn an_h200_sweep_and_profiler_trace_fit_the_gemm_primitive() {
+    // Measured by scripts/gpu/check.sh on the H200 this project was lent (tests/traces/gemm
+    // and tests/traces/kineto READMEs).
+    let spec = "tests/specs/h200-1.tsl";
+    let sweep = calibration(&[
+        "tests/traces/gemm/h200-cublas-bf16-sweep.csv",
+        "--spec",
+        spec,
+    ]);
+    assert_eq!(sweep["gemm_fit"]["rows"], 65);
+    let before = sweep["gemm_fit"]["median_error_before"].as_f64().unwrap();
+    let after = sweep["gemm_fit"]["median_error_after"].as_f64().unwrap();
+    assert!(before > 0.12 && after < 0.06, "{before} → {after}");
+    let traced = calibration(&[
+        "tests/traces/kineto/h200-mm-addmm-bf16.json",
+        "--spec",
+        spec,
+    ]);
+    assert_eq!(traced["inputs"][0]["measures"], "gemm");
+    assert_eq!(traced["gemm_fit"]["rows"], 6);
+}
+
+#[test]
 fn a_table_without_its_device_list_needs_the_rank_count() {
     let output = tessel(&["calibrate", H800_TABLE, "--spec", SPEC]);
     assert_eq!(output.status.code(), Some(1));
@@ -303,11 +326,15 @@ fn a_tessel_launch_trace_gives_its_data_parallel_collectives() {
     let input = &cal["inputs"][0];
     assert_eq!(input["kind"], "tessel-trace");
     assert_eq!(input["ranks"], 2);
-    assert!(
-        input["measures"].as_str().unwrap().contains("all_reduce"),
-        "{input}"
-    );
+    assert_eq!(input["measures"], "all_reduce gemm compute", "{input}");
     assert!(input["rows"].as_u64().unwrap() >= 2, "{input}");
+    // The matmuls each rank timed fit the GEMM primitive, the traced steps the compute: two
+    // ranks' busy time and optimizer step, and the step time.
+    assert!(cal["gemm_fit"]["rows"].as_u64().unwrap() >= 4, "{cal}");
+    assert_eq!(cal["compute_fit"]["rows"], 3, "{cal}");
+    for name in ["matmul", "memory", "layer_overhead_s"] {
+        assert!(cal["compute"][name].as_f64().is_some(), "{name}: {cal}");
+    }
     // The report draws the same trace without counting its collectives twice.
     let report = dir.path().join("report.html");
     stdout(&tessel(&[
@@ -318,4 +345,40 @@ fn a_tessel_launch_trace_gives_its_data_parallel_collectives() {
         "-o",
         report.to_str().unwrap(),
     ]));
+
+    // Calibrating the CPU cluster on it: a spec that reads the file predicts another step time
+    // and names what the file calibrates.
+    let cpu = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cpu");
+    let written = dir.path().join("cpu.cal.json");
+    stdout(&tessel(&[
+        "calibrate",
+        trace,
+        "--spec",
+        cpu.join("gelu-4l.tsl").to_str().unwrap(),
+        "-o",
+        written.to_str().unwrap(),
+    ]));
+    let cluster = std::fs::read_to_string(cpu.join("cpu-cluster.tsl")).unwrap();
+    let calibrated = cluster.replacen(
+        "cluster this_cpu {",
+        "cluster this_cpu {\n  calibration = \"cpu.cal.json\"",
+        1,
+    );
+    std::fs::write(dir.path().join("cpu-cluster.tsl"), calibrated).unwrap();
+    std::fs::copy(cpu.join("gelu-4l.tsl"), dir.path().join("gelu-4l.tsl")).unwrap();
+    let estimate = |spec: &std::path::Path| {
+        stdout(&tessel(&["estimate", spec.to_str().unwrap(), "--dp", "2"]))
+    };
+    let with = estimate(&dir.path().join("gelu-4l.tsl"));
+    assert!(
+        with.contains("cpu.cal.json (NCCL collectives, GEMMs, compute; sha256 "),
+        "{with}"
+    );
+    let step_time = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("step time"))
+            .map(str::to_string)
+    };
+    let without = estimate(&cpu.join("gelu-4l.tsl"));
+    assert_ne!(step_time(&with), step_time(&without), "{with}\n{without}");
 }

@@ -51,10 +51,15 @@ pub fn read_calibration_file(written: &str, base: &Path) -> Result<CalibrationFi
             })
             .collect()
     };
-    let (collectives, gemm) = (section("collectives")?, section("gemm")?);
-    if collectives.is_empty() && gemm.is_empty() {
+    let (collectives, gemm, compute) = (
+        section("collectives")?,
+        section("gemm")?,
+        section("compute")?,
+    );
+    if collectives.is_empty() && gemm.is_empty() && compute.is_empty() {
         return Err(format!(
-            "calibration `{written}` calibrates nothing: it has neither `collectives` nor `gemm`"
+            "calibration `{written}` calibrates nothing: it has no `collectives`, `gemm` or \
+             `compute`"
         ));
     }
     let digest = Sha256::digest(&bytes)
@@ -66,5 +71,6 @@ pub fn read_calibration_file(written: &str, base: &Path) -> Result<CalibrationFi
         digest,
         collectives,
         gemm,
+        compute,
     })
 }

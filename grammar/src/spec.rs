@@ -133,6 +133,10 @@ pub struct GpuSpec {
     /// HBM bandwidth in bytes/s.
     pub hbm_bandwidth: f64,
     pub efficiency: GpuEfficiency,
+    /// Compute units one GEMM spreads its tiles over: the SMs of a GPU, 1 for a CPU rank that
+    /// multiplies on one thread. `None`: known from the GPU's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_units: Option<u64>,
 }
 
 /// A link, per GPU and per direction.
@@ -177,6 +181,10 @@ pub struct CalibrationFile {
     /// The GEMM primitive's parameters it fitted (`GemmParams`); empty when it timed no GEMM.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub gemm: std::collections::BTreeMap<String, f64>,
+    /// The step's compute it fitted on traced steps (`ComputeParams`); empty when it read no
+    /// `tessel launch` trace of a run.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub compute: std::collections::BTreeMap<String, f64>,
 }
 
 impl CalibrationFile {
@@ -188,6 +196,9 @@ impl CalibrationFile {
         }
         if !self.gemm.is_empty() {
             parts.push("GEMMs");
+        }
+        if !self.compute.is_empty() {
+            parts.push("compute");
         }
         format!(
             "{} ({}; sha256 {})",
@@ -372,12 +383,23 @@ impl Framework {
     /// 2021, Table 2: flat from 768 to 1,536 GPUs at a fixed batch) are those of gathers that
     /// do not hide behind compute, so prefetch is off unless the spec turns it on. FSDP
     /// reduce-scatters each unit's gradients during backward and prefetches the next unit.
+    /// Tessel's runtime (its CUDA backend, what a plan runs on) reduces the gradients after
+    /// the last backward below ZeRO-3, and under ZeRO-3 reduce-scatters each layer's on
+    /// NCCL's stream behind the next layer's backward; it gathers ZeRO-3's weights as each
+    /// layer runs, without prefetch. (Its CPU backend overlaps nothing: the CPU specs say so.)
     pub fn default_overlap(self, zero3: bool) -> Overlap {
         let deepspeed = self == Framework::Deepspeed;
-        Overlap {
-            grad_reduce: !deepspeed || zero3,
-            param_gather: !(deepspeed && zero3),
-            tp_comm: false,
+        match self {
+            Framework::Tessel => Overlap {
+                grad_reduce: zero3,
+                param_gather: false,
+                tp_comm: false,
+            },
+            _ => Overlap {
+                grad_reduce: !deepspeed || zero3,
+                param_gather: !(deepspeed && zero3),
+                tp_comm: false,
+            },
         }
     }
 }

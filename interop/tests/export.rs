@@ -27,6 +27,7 @@ fn h100_cluster(nodes: u64) -> ClusterSpec {
             },
             hbm_bandwidth: 3.35e12,
             efficiency: GpuEfficiency::default(),
+            compute_units: None,
         },
         nodes,
         gpus_per_node: 8,

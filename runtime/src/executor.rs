@@ -15,7 +15,7 @@ use crate::model::layout::{
 };
 use crate::model::{Env, Grads, Values};
 use crate::plan::ExecutionPlan;
-use crate::trace::{CollectiveRecord, TraceEvent};
+use crate::trace::{CollectiveRecord, MatmulRecord, TraceEvent};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use tessel_grammar::{ModelSpec, Recompute};
@@ -41,6 +41,8 @@ pub struct RankOutput {
     pub step_times: Vec<f64>,
     pub peaks: MemoryPeaks,
     pub events: Vec<TraceEvent>,
+    /// The matmuls the backend timed, by shape.
+    pub matmuls: Vec<MatmulRecord>,
     /// Local parameter shards after the last step (when asked for).
     pub parameters: Vec<(ParamSpec, Vec<f32>)>,
 }
@@ -121,6 +123,7 @@ pub fn run_rank<B: Backend>(
         step_times,
         peaks,
         events: r.events,
+        matmuls: b.timed_matmuls(),
         parameters,
     })
 }

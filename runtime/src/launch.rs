@@ -24,6 +24,10 @@ pub struct LaunchOptions {
     pub data: DataSource,
     /// Where to write a Chrome trace of the run.
     pub trace: Option<PathBuf>,
+    /// What the trace says about the run beside its events, for `tessel calibrate` (`tessel
+    /// launch` puts the scaled spec and each stage's strategy here): written as the trace's
+    /// `tessel` object, with each rank's pipeline stage and the step times added.
+    pub trace_context: serde_json::Map<String, serde_json::Value>,
     pub adam: AdamParams,
     /// Return the final global parameters in the report (for checking against a reference).
     pub collect_parameters: bool,
@@ -36,6 +40,7 @@ impl LaunchOptions {
             seed: 0,
             data: DataSource::Synthetic,
             trace: None,
+            trace_context: serde_json::Map::new(),
             adam: AdamParams::default(),
             collect_parameters: false,
         }
@@ -254,7 +259,17 @@ fn report(
             .iter()
             .flat_map(|o| o.events.iter().cloned())
             .collect();
-        write_trace(path, &events)?;
+        let mesh = Mesh::new(plan);
+        let mut run = options.trace_context.clone();
+        let stages: Vec<u64> = (0..plan.world_size()).map(|r| mesh.coords(r).pp).collect();
+        run.insert("stages".into(), serde_json::json!(stages));
+        run.insert("step_time_s".into(), serde_json::json!(step_time_s));
+        let matmuls: Vec<serde_json::Value> = outputs
+            .iter()
+            .flat_map(|o| o.matmuls.iter().map(|m| m.json(o.rank)))
+            .collect();
+        run.insert("matmuls".into(), serde_json::Value::Array(matmuls));
+        write_trace(path, &events, run)?;
     }
     Ok(LaunchReport {
         losses: outputs[0].losses.clone(),

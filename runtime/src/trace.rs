@@ -2,9 +2,12 @@
 //! event per forward, backward, communication and optimizer step, and inside the gradient
 //! reduction one `collective` event per data-parallel collective with its `bytes` (nccl-tests'
 //! size of the buffer) and `ranks` in `args`, which `tessel calibrate` fits collectives to.
+//! Beside the events, a `tessel` object describes the run (the scaled spec, each stage's
+//! strategy, each rank's pipeline stage, the step times, and the matmuls each rank timed by
+//! shape), from which `tessel calibrate` fits the GEMM primitive and the compute.
 
 use crate::error::RuntimeError;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use std::path::Path;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,8 +30,54 @@ pub struct CollectiveRecord {
     pub ranks: u64,
 }
 
-/// The trace as JSON, events ordered by rank and start time.
-pub fn trace_json(events: &[TraceEvent]) -> Value {
+/// The matmuls of one shape a rank timed: `m × k` by `k × n`, how many calls and their
+/// median seconds (robust to the first step's page faults and to preemption).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatmulRecord {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub calls: usize,
+    pub median_s: f64,
+}
+
+impl MatmulRecord {
+    /// One record per shape from each call's seconds.
+    pub fn tally(
+        calls: std::collections::BTreeMap<(usize, usize, usize), Vec<f64>>,
+    ) -> Vec<MatmulRecord> {
+        calls
+            .into_iter()
+            .filter(|(_, seconds)| !seconds.is_empty())
+            .map(|((m, n, k), mut seconds)| {
+                seconds.sort_by(f64::total_cmp);
+                let n_calls = seconds.len();
+                MatmulRecord {
+                    m,
+                    n,
+                    k,
+                    calls: n_calls,
+                    median_s: (seconds[(n_calls - 1) / 2] + seconds[n_calls / 2]) / 2.0,
+                }
+            })
+            .collect()
+    }
+
+    pub fn json(&self, rank: usize) -> Value {
+        json!({
+            "rank": rank,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "calls": self.calls,
+            "median_s": self.median_s,
+        })
+    }
+}
+
+/// The trace as JSON, events ordered by rank and start time, and `run` as its `tessel`
+/// object (left out when empty).
+pub fn trace_json(events: &[TraceEvent], run: Map<String, Value>) -> Value {
     let mut sorted: Vec<&TraceEvent> = events.iter().collect();
     sorted.sort_by(|a, b| {
         (a.rank, a.start_us)
@@ -53,13 +102,22 @@ pub fn trace_json(events: &[TraceEvent]) -> Value {
         }
         out.push(event);
     }
-    json!({ "traceEvents": out, "displayTimeUnit": "ms" })
+    let mut trace = json!({ "traceEvents": out, "displayTimeUnit": "ms" });
+    if !run.is_empty() {
+        trace["tessel"] = Value::Object(run);
+    }
+    trace
 }
 
-pub fn write_trace(path: &Path, events: &[TraceEvent]) -> Result<(), RuntimeError> {
-    let text = serde_json::to_string(&trace_json(events)).map_err(|e| RuntimeError::Trace {
-        reason: e.to_string(),
-    })?;
+pub fn write_trace(
+    path: &Path,
+    events: &[TraceEvent],
+    run: Map<String, Value>,
+) -> Result<(), RuntimeError> {
+    let text =
+        serde_json::to_string(&trace_json(events, run)).map_err(|e| RuntimeError::Trace {
+            reason: e.to_string(),
+        })?;
     std::fs::write(path, text).map_err(|e| RuntimeError::Trace {
         reason: format!("{}: {e}", path.display()),
     })
@@ -79,7 +137,7 @@ mod tests {
             duration_us: 2.5,
             collective: None,
         };
-        let v = trace_json(&[ev(1, 5.0), ev(0, 3.0)]);
+        let v = trace_json(&[ev(1, 5.0), ev(0, 3.0)], Map::new());
         let events = v["traceEvents"].as_array().unwrap();
         assert_eq!(events.len(), 4);
         assert_eq!(events[0]["ph"], "M");
@@ -102,7 +160,7 @@ mod tests {
                 ranks: 2,
             }),
         };
-        let v = trace_json(&[event]);
+        let v = trace_json(&[event], Map::new());
         let traced = &v["traceEvents"][1];
         assert_eq!(traced["cat"], "collective");
         assert_eq!(traced["args"]["bytes"], 4096);

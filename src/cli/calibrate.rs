@@ -8,18 +8,19 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tessel_grammar::Spec;
+use tessel_grammar::{ClusterSpec, Precision, Spec};
 use tessel_interop::traces::{
     kineto_trace, parse_gemm_csv, parse_nccl_tests, read_trace_json, tessel_trace, NcclTestsRun,
+    StepWork, TesselTrace, TracedRun,
 };
 use tessel_symbolic::calibration::{
-    fit_cluster_collectives, fit_cluster_gemms, CalibrationInput, ClusterCalibration, PrimitiveFit,
-    CALIBRATION_FORMAT,
+    fit_cluster_collectives, fit_cluster_compute, fit_cluster_gemms, CalibrationInput,
+    ClusterCalibration, PrimitiveFit, StageWork, TracedStep, CALIBRATION_FORMAT,
 };
-use tessel_symbolic::cost::GpuGeneration;
+use tessel_symbolic::cost::{Calibration, GpuGeneration};
 use tessel_symbolic::primitives::{
-    sm_count, Collective, CollectiveMeasurement, CollectiveParams, GemmDevice, GemmMeasurement,
-    GemmParams, Links,
+    compute_units, Collective, CollectiveMeasurement, CollectiveParams, GemmDevice,
+    GemmMeasurement, GemmParams, Links,
 };
 
 use super::{load_spec, write_output, EXIT_BAD_INPUT};
@@ -63,6 +64,7 @@ pub fn run(args: &Args) -> ExitCode {
     let mut inputs = Vec::new();
     let mut collectives = Vec::new();
     let mut gemms = Vec::new();
+    let mut steps = Vec::new();
     for path in &args.traces {
         let read = match std::fs::read_to_string(path) {
             Err(error) => Err(format!("cannot read it: {error}")),
@@ -82,12 +84,12 @@ pub fn run(args: &Args) -> ExitCode {
                 read_trace_json(&text)
                     .map_err(|e| e.to_string())
                     .and_then(|value| match tessel_trace(&value) {
-                        Ok(traced) => {
-                            read_tessel(path, &traced, args, &spec).map(|(input, rows)| {
-                                collectives.extend(rows);
-                                input
-                            })
-                        }
+                        Ok(traced) => read_tessel(path, &traced, args, &spec).map(|read| {
+                            collectives.extend(read.collectives);
+                            gemms.extend(read.gemms);
+                            steps.extend(read.step);
+                            read.input
+                        }),
                         Err(_) => read_kineto(path, &value, args, &spec).map(|(input, c, g)| {
                             collectives.extend(c);
                             gemms.extend(g);
@@ -117,6 +119,22 @@ pub fn run(args: &Args) -> ExitCode {
         (!gemms.is_empty())
             .then(|| fit_cluster_gemms(&gemms, &GemmParams::for_generation(generation))),
     );
+    let base = Calibration {
+        collectives: collectives.unwrap_or_default(),
+        gemm,
+        ..Calibration::default()
+    };
+    let (compute, compute_fit) = if steps.is_empty() {
+        (None, None)
+    } else {
+        match fit_cluster_compute(&steps, &base) {
+            Ok((params, fit)) => (Some(params), Some(fit)),
+            Err(error) => {
+                eprintln!("error: the traced runs cannot be predicted: {error}");
+                return ExitCode::from(EXIT_BAD_INPUT);
+            }
+        }
+    };
     let calibration = ClusterCalibration {
         format: CALIBRATION_FORMAT.to_string(),
         cluster: spec.cluster.name.clone(),
@@ -125,6 +143,8 @@ pub fn run(args: &Args) -> ExitCode {
         collectives_fit,
         gemm,
         gemm_fit,
+        compute,
+        compute_fit,
     };
     let json = serde_json::to_string_pretty(&calibration).expect("a calibration serialises") + "\n";
     let Some(output) = &args.output else {
@@ -175,7 +195,7 @@ fn read_gemm_csv(
     Ok((input, rows))
 }
 
-/// One timed GEMM (`m × k` by `k × n`, bf16 or fp16) on the spec's GPU.
+/// One timed GEMM (`m × k` by `k × n`, `bf16`, `fp16` or `fp32`) on the spec's GPU.
 fn gemm_measured(
     file: &str,
     spec: &Spec,
@@ -191,13 +211,13 @@ fn gemm_measured(
         n: n as f64,
         k: k as f64,
         device: GemmDevice {
-            peak_flops: if dtype == "fp16" {
-                gpu.peak.fp16
-            } else {
-                gpu.peak.bf16
+            peak_flops: match dtype {
+                "fp16" => gpu.peak.fp16,
+                "fp32" => gpu.peak.fp32,
+                _ => gpu.peak.bf16,
             },
             memory_bandwidth: gpu.hbm_bandwidth,
-            sms: sm_count(&gpu.name),
+            sms: compute_units(gpu),
         },
         seconds,
     }
@@ -328,15 +348,26 @@ fn read_kineto(
     Ok((input, rows, gemms))
 }
 
-/// A Tessel trace's data-parallel collectives, each call a measurement.
+/// What one Tessel trace measured.
+struct TesselMeasurements {
+    input: CalibrationInput,
+    collectives: Vec<CollectiveMeasurement>,
+    gemms: Vec<GemmMeasurement>,
+    step: Option<TracedStep>,
+}
+
+/// A Tessel trace's data-parallel collectives, each call a measurement, and the run it
+/// traced, when it records one: the matmuls each rank timed (each shape a measurement, at
+/// the run's precision) and the run's step.
 fn read_tessel(
     path: &Path,
-    traced: &[tessel_interop::traces::TesselCollective],
+    traced: &TesselTrace,
     args: &Args,
     spec: &Spec,
-) -> Result<(CalibrationInput, Vec<CollectiveMeasurement>), String> {
+) -> Result<TesselMeasurements, String> {
     let file = file_name(path);
-    let rows: Vec<CollectiveMeasurement> = traced
+    let collectives: Vec<CollectiveMeasurement> = traced
+        .collectives
         .iter()
         .filter(|c| c.ranks >= 2 && c.bytes > 0 && c.duration_us > 0.0)
         .filter_map(|c| {
@@ -354,14 +385,122 @@ fn read_tessel(
             ))
         })
         .collect();
-    if rows.is_empty() {
-        return Err(
-            "the Tessel trace has no collective over two or more ranks (a run without data \
-             parallelism)"
-                .to_string(),
+    let (step, gemms) =
+        match &traced.run {
+            Some(run) => {
+                let dtype = match run.spec.train.precision {
+                    Precision::Fp32 => "fp32",
+                    Precision::Fp16 => "fp16",
+                    Precision::Bf16 | Precision::Fp8 => "bf16",
+                };
+                let gemms = run
+                    .matmuls
+                    .iter()
+                    .map(|t| gemm_measured(&file, spec, (t.m, t.n, t.k), dtype, t.median_s))
+                    .collect();
+                (Some(traced_step(&file, run, spec)?), gemms)
+            }
+            None if collectives.is_empty() => return Err(
+                "the Tessel trace has no collective over two or more ranks (a run without data \
+                 parallelism) and does not record its run (trace it again with this `tessel \
+                 launch`)"
+                    .to_string(),
+            ),
+            None => (None, Vec::new()),
+        };
+    let mut input = traced_input(file, "tessel-trace", &collectives);
+    if let Some(step) = &step {
+        let measures = [
+            input.measures.as_str(),
+            if gemms.is_empty() { "" } else { "gemm" },
+            "compute",
+        ];
+        input.measures = measures
+            .iter()
+            .filter(|m| !m.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+        input.rows += gemms.len() + 2 * step.stages.len() + 1;
+        let world = step.spec.cluster.total_gpus();
+        input.ranks = Some(input.ranks.unwrap_or(0).max(world));
+        input.ranks_per_node = Some(
+            input
+                .ranks_per_node
+                .unwrap_or(0)
+                .max(step.spec.cluster.gpus_per_node),
         );
     }
-    Ok((traced_input(file, "tessel-trace", &rows), rows))
+    Ok(TesselMeasurements {
+        input,
+        collectives,
+        gemms,
+        step,
+    })
+}
+
+/// A traced run on the calibrated cluster (resized to the run's ranks), with each stage's
+/// busy time and optimizer step and the step time: medians over the steps after the first,
+/// which allocates (over every step when only one was traced).
+fn traced_step(file: &str, run: &TracedRun, spec: &Spec) -> Result<TracedStep, String> {
+    let median = |mut values: Vec<f64>| -> Option<f64> {
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        (n > 0).then(|| (values[(n - 1) / 2] + values[n / 2]) / 2.0)
+    };
+    let after_first = |steps: usize| usize::from(steps > 1);
+    let step_s = median(run.step_time_s[after_first(run.step_time_s.len())..].to_vec())
+        .filter(|s| *s > 0.0)
+        .ok_or("the traced run has no step time")?;
+    let mut stages = Vec::new();
+    for stage in 0..run.stage_strategies.len() as u64 {
+        let ranks = run.ranks.iter().filter(|r| r.stage == stage);
+        let work: Vec<&StepWork> = ranks
+            .flat_map(|r| r.steps.iter().skip(after_first(r.steps.len())))
+            .collect();
+        let busy = work
+            .iter()
+            .map(|w| w.forward_s + w.backward_s + w.reduce_s)
+            .collect();
+        let optimizer = work.iter().map(|w| w.optimizer_s).collect();
+        let (Some(busy_s), Some(optimizer_s)) = (median(busy), median(optimizer)) else {
+            return Err(format!("stage {stage} of the traced run finished no step"));
+        };
+        stages.push(StageWork {
+            stage,
+            busy_s,
+            optimizer_s,
+        });
+    }
+    let mut traced = run.spec.clone();
+    traced.cluster = ClusterSpec {
+        calibration: None,
+        ..spec.cluster.clone()
+    };
+    let world = run
+        .stage_strategies
+        .first()
+        .map_or(1, |s| s.dp * s.tp * s.pp * s.cp);
+    let per_node = traced.cluster.gpus_per_node.max(1);
+    if world <= per_node {
+        traced.cluster.nodes = 1;
+        traced.cluster.gpus_per_node = world;
+    } else if world.is_multiple_of(per_node) {
+        traced.cluster.nodes = world / per_node;
+    } else {
+        return Err(format!(
+            "the traced run has {world} ranks, neither part of one of {}'s nodes nor whole nodes \
+             of {per_node}",
+            spec.cluster.name
+        ));
+    }
+    Ok(TracedStep {
+        source: file.to_string(),
+        spec: traced,
+        stage_strategies: run.stage_strategies.clone(),
+        step_s,
+        stages,
+    })
 }
 
 /// A trace's input line: the collectives it measured, its largest group.
@@ -489,6 +628,7 @@ fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
     for (what, fit) in [
         ("collective", &calibration.collectives_fit),
         ("GEMM", &calibration.gemm_fit),
+        ("step", &calibration.compute_fit),
     ] {
         if let Some(fit) = fit {
             out.push_str(&fit_summary(what, fit, explain));

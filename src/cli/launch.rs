@@ -178,6 +178,7 @@ pub fn run(args: &Args) -> ExitCode {
             },
         },
         trace: args.trace.clone(),
+        trace_context: trace_context(&scaled),
         ..LaunchOptions::new(args.steps)
     };
     if args.from_env || std::env::var_os(WORKER_VAR).is_some() {
@@ -224,6 +225,15 @@ pub fn run(args: &Args) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// What `tessel calibrate` needs to predict the traced run: the scaled spec and the strategy
+/// of each pipeline stage.
+fn trace_context(scaled: &ScaledPlan) -> serde_json::Map<String, Value> {
+    let mut run = serde_json::Map::new();
+    run.insert("spec".into(), json!(scaled.spec));
+    run.insert("stage_strategies".into(), json!(scaled.stage_strategies));
+    run
 }
 
 /// One rank of a multi-process job: rank 0 prints the losses and step times.

@@ -52,6 +52,7 @@ fn selene(nodes: u64) -> ClusterSpec {
             },
             hbm_bandwidth: 2.039e12,
             efficiency: GpuEfficiency::default(),
+            compute_units: None,
         },
         nodes,
         gpus_per_node: 8,

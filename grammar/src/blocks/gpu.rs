@@ -14,6 +14,7 @@ pub const FIELDS: &[&str] = &[
     "hbm_bandwidth",
     "host_link",
     "efficiency",
+    "compute_units",
 ];
 
 const EFFICIENCY_FIELDS: &[&str] = &["matmul", "attention", "memory"];
@@ -36,6 +37,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<GpuDef> {
     let tf32 = f.quantity("tf32", Dim::COMPUTE, false).unwrap_or(0.0);
     let hbm_bandwidth = f.required_quantity("hbm_bandwidth", Dim::BANDWIDTH, true);
     let host_link = f.quantity("host_link", Dim::BANDWIDTH, true);
+    let compute_units = f.count("compute_units", 1);
     let efficiency = match f.get("efficiency").cloned() {
         None => GpuEfficiency::default(),
         Some(value) => {
@@ -76,6 +78,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<GpuDef> {
             },
             hbm_bandwidth: hbm_bandwidth?,
             efficiency,
+            compute_units,
         },
         host_link,
     })

@@ -9,7 +9,7 @@ mod deepspeed;
 mod megatron;
 mod stages;
 #[cfg(test)]
-mod test_spec;
+pub(crate) mod test_spec;
 mod toml_writer;
 mod torchtitan;
 

@@ -35,6 +35,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
                 },
                 hbm_bandwidth: 3.35e12,
                 efficiency: GpuEfficiency::default(),
+                compute_units: None,
             },
             nodes: 1,
             gpus_per_node: 8,

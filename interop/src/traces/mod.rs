@@ -4,7 +4,8 @@
 //! - [`nccl_tests`]: the output of NVIDIA's nccl-tests (`all_reduce_perf`, ...);
 //! - [`gemm_csv`]: a CSV of GEMM timings (`m,n,k` and a time or a rate);
 //! - [`kineto`]: PyTorch profiler traces (NCCL kernels and what they moved, GEMMs with shapes);
-//! - [`tessel`]: Tessel's own `tessel launch --trace` files (their collectives).
+//! - [`tessel`]: Tessel's own `tessel launch --trace` files (their collectives, and the run
+//!   with each rank's time per step).
 
 pub mod gemm_csv;
 pub mod kineto;
@@ -16,7 +17,10 @@ use std::fmt;
 pub use gemm_csv::{parse_gemm_csv, GemmTiming};
 pub use kineto::{kineto_trace, parse_kineto_trace, KinetoCollective, KinetoGemm, KinetoTrace};
 pub use nccl_tests::{parse_nccl_tests, NcclTestsDevice, NcclTestsRow, NcclTestsRun};
-pub use tessel::{parse_tessel_trace, tessel_trace, TesselCollective};
+pub use tessel::{
+    parse_tessel_trace, tessel_trace, RankWork, StepWork, TesselCollective, TesselTrace,
+    TracedMatmul, TracedRun,
+};
 
 /// Why a file is not what its parser reads, with the line (1-based) where that became clear.
 #[derive(Clone, Debug, PartialEq, Eq)]

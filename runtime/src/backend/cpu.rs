@@ -6,8 +6,10 @@ use super::shared_memory::{GroupHandle, World, ALL_GROUP_KINDS};
 use super::{AdamParams, AttentionShape, Backend, NORM_EPS, ROPE_BASE};
 use crate::error::RuntimeError;
 use crate::mesh::GroupKind;
+use crate::trace::MatmulRecord;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use tessel_grammar::NormKind;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -52,6 +54,8 @@ pub struct CpuBackend {
     rank: usize,
     world: Arc<World>,
     groups: BTreeMap<GroupKind, GroupHandle>,
+    /// Seconds of each matmul call, by `(m, n, k)`.
+    matmul_seconds: Mutex<BTreeMap<(usize, usize, usize), Vec<f64>>>,
 }
 
 impl CpuBackend {
@@ -64,6 +68,7 @@ impl CpuBackend {
             rank,
             world,
             groups,
+            matmul_seconds: Mutex::default(),
         }
     }
 }
@@ -134,6 +139,7 @@ impl Backend for CpuBackend {
             (b.rows, b.cols)
         };
         assert_eq!(k, kb, "matmul inner dimensions");
+        let start = Instant::now();
         let mut c = vec![0.0f32; m * n];
         let (rsa, csa) = if ta {
             (1, a.cols as isize)
@@ -166,7 +172,20 @@ impl Backend for CpuBackend {
                 );
             }
         }
+        let seconds = start.elapsed().as_secs_f64();
+        if let Ok(mut timed) = self.matmul_seconds.lock() {
+            timed.entry((m, n, k)).or_default().push(seconds);
+        }
         CpuTensor::new(m, n, c)
+    }
+
+    fn timed_matmuls(&self) -> Vec<MatmulRecord> {
+        let timed = self
+            .matmul_seconds
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
+        MatmulRecord::tally(timed)
     }
 
     fn add(&self, a: &CpuTensor, b: &CpuTensor) -> CpuTensor {

@@ -78,6 +78,12 @@ pub trait Backend {
         trans_a: bool,
         trans_b: bool,
     ) -> Self::Tensor;
+    /// The matmuls this backend timed, by shape, for `tessel launch --trace` (`tessel
+    /// calibrate` fits the GEMM primitive to them). A backend whose matmuls run
+    /// asynchronously times none.
+    fn timed_matmuls(&self) -> Vec<crate::trace::MatmulRecord> {
+        Vec::new()
+    }
     fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Self::Tensor;
     fn add_assign(&self, a: &mut Self::Tensor, b: &Self::Tensor);
     fn mul(&self, a: &Self::Tensor, b: &Self::Tensor) -> Self::Tensor;

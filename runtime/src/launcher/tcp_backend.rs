@@ -121,6 +121,9 @@ impl Backend for TcpCpuBackend {
     fn matmul(&self, a: &CpuTensor, b: &CpuTensor, ta: bool, tb: bool) -> CpuTensor {
         self.compute.matmul(a, b, ta, tb)
     }
+    fn timed_matmuls(&self) -> Vec<crate::trace::MatmulRecord> {
+        self.compute.timed_matmuls()
+    }
     fn add(&self, a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
         self.compute.add(a, b)
     }

@@ -2,12 +2,18 @@
 //! functions refitted to what the user measured on their machines, from the committed values
 //! and inside the same physical ranges as the published fit (`primitives::fit`).
 //!
-//! Today: NCCL's collectives from nccl-tests output, and the GEMM primitive from a CSV of GEMM
-//! timings. The file written (`cluster.cal.json`, [`ClusterCalibration`]) records each input,
-//! the fitted parameters of each primitive measured, how far each moved and whether it stopped
-//! on its range's bound, and the error on the measurements before and after.
+//! NCCL's collectives from nccl-tests output and traced collectives, the GEMM primitive from
+//! GEMM timings (a CSV, a profiler trace's GEMMs, the matmuls a Tessel trace timed), and the
+//! step's compute from traced training steps ([`compute`]). The file written
+//! (`cluster.cal.json`, [`ClusterCalibration`]) records each input, the fitted parameters of
+//! each primitive measured, how far each moved and whether it stopped on its range's bound, and
+//! the error on the measurements before and after.
+
+mod compute;
 
 use serde::{Deserialize, Serialize};
+
+pub use compute::{fit_cluster_compute, StageWork, StepPrediction, TracedStep, COMPUTE_RANGES};
 
 use crate::primitives::fit::{
     collective_loss, collective_values, fit_collectives, fit_gemms, gemm_loss, gemm_values,
@@ -35,6 +41,11 @@ pub struct ClusterCalibration {
     pub gemm: Option<GemmParams>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_fit: Option<PrimitiveFit>,
+    /// The step's compute on this cluster, when training steps were traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<crate::cost::ComputeParams>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_fit: Option<PrimitiveFit>,
 }
 
 /// One measured file.

@@ -173,6 +173,34 @@ impl KernelEfficiency {
     }
 }
 
+/// What a step's compute costs on one cluster's devices, fitted on its traced steps
+/// (`calibration::fit_cluster_compute`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeParams {
+    /// Fraction of dense peak a large GEMM's main loop reaches ([`KernelEfficiency::matmul`]).
+    pub matmul: f64,
+    /// Fraction of memory bandwidth the elementwise passes and the optimizer reach
+    /// ([`KernelEfficiency::memory`]).
+    pub memory: f64,
+    /// Fixed time per layer and micro-batch pass, seconds ([`Calibration::layer_overhead_s`]).
+    pub layer_overhead_s: f64,
+}
+
+impl KernelEfficiency {
+    /// These fractions with a cluster calibration's compute in place of the GPU's.
+    pub fn calibrated(self, cal: &Calibration) -> KernelEfficiency {
+        match cal.compute {
+            None => self,
+            Some(compute) => KernelEfficiency {
+                matmul: compute.matmul,
+                memory: compute.memory,
+                ..self
+            },
+        }
+    }
+}
+
 /// Parameters that do not depend on the GPU generation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Calibration {
@@ -182,6 +210,10 @@ pub struct Calibration {
     /// The GEMM primitive measured on the cluster's own GPUs (`tessel calibrate`); `None`: the
     /// committed fit for the GPU's generation.
     pub gemm: Option<GemmParams>,
+    /// The step's compute fitted on traced training steps of the cluster's own devices
+    /// (`tessel calibrate` on `tessel launch --trace` files); `None`: the GPU's fractions and
+    /// the committed `layer_overhead_s`.
+    pub compute: Option<ComputeParams>,
     /// Fraction of pipeline point-to-point time that stays exposed.
     pub pp_exposed: f64,
     /// Fraction of expert-parallel all-to-all time hidden behind compute.
@@ -249,6 +281,10 @@ impl Calibration {
             calibration.collectives = collectives;
         }
         calibration.gemm = read(file, "gemm", &file.gemm)?;
+        calibration.compute = read(file, "compute", &file.compute)?;
+        if let Some(compute) = calibration.compute {
+            calibration.layer_overhead_s = compute.layer_overhead_s;
+        }
         Ok(calibration)
     }
 }
@@ -258,6 +294,7 @@ impl Default for Calibration {
         Calibration {
             collectives: CollectiveParams::default(),
             gemm: None,
+            compute: None,
             pp_exposed: 1.0,
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,

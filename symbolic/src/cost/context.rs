@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use super::calibration::{Calibration, GpuGeneration, KernelEfficiency};
 use super::slots::Slot;
 use crate::primitives::{
-    collective_time, gemm_time, sm_count, Collective, CollectiveParams, GemmDevice, GemmParams,
-    Group, Links, HBM_STREAM_FRACTION,
+    collective_time, compute_units, gemm_time, Collective, CollectiveParams, GemmDevice,
+    GemmParams, Group, Links, HBM_STREAM_FRACTION,
 };
 use crate::{Expr, Symbol};
 
@@ -267,7 +267,7 @@ impl Ctx {
             gemm: cal.gemm.unwrap_or_else(|| {
                 GemmParams::for_generation(GpuGeneration::from_name(&cluster.gpu.name))
             }),
-            sms: sm_count(&cluster.gpu.name),
+            sms: compute_units(&cluster.gpu),
             cal,
             bindings: RefCell::new(Vec::new()),
             shared: RefCell::new(BTreeMap::new()),

@@ -15,7 +15,7 @@ mod slots;
 mod stage_exprs;
 mod types;
 
-pub use calibration::{Calibration, GpuGeneration, KernelEfficiency};
+pub use calibration::{Calibration, ComputeParams, GpuGeneration, KernelEfficiency};
 pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};

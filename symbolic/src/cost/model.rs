@@ -52,7 +52,7 @@ impl CostModel {
     /// tests).
     pub fn with_calibration(spec: &Spec, calibration: Calibration) -> Result<CostModel, CostError> {
         validate_spec(spec)?;
-        let efficiency = KernelEfficiency::for_gpu(&spec.cluster.gpu);
+        let efficiency = KernelEfficiency::for_gpu(&spec.cluster.gpu).calibrated(&calibration);
         CostModel::with_parameters(spec, calibration, efficiency)
     }
 

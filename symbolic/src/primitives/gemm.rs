@@ -79,6 +79,13 @@ pub fn sm_count(name: &str) -> f64 {
     }
 }
 
+/// The compute units a GEMM spreads its tiles over: the spec's `compute_units` where it
+/// gives them (a CPU rank multiplies on 1), else the GPU's SMs from its name.
+pub fn compute_units(gpu: &tessel_grammar::GpuSpec) -> f64 {
+    gpu.compute_units
+        .map_or_else(|| sm_count(&gpu.name), |units| units as f64)
+}
+
 /// The tile shapes cuBLAS chooses among (rows × columns of the output), largest first.
 pub const TILES: [(f64, f64); 2] = [(256.0, 128.0), (64.0, 64.0)];
 

@@ -16,7 +16,7 @@ mod scalar;
 
 pub use attention::{attention_forward_rate, attention_tflops, AttentionKernel, AttentionParams};
 pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
-pub use gemm::{gemm_time, sm_count, GemmDevice, GemmParams, TILES};
+pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
 pub use memory_pass::{memory_pass_time, HBM_STREAM_FRACTION};
 pub use microbench::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionMeasurement,

@@ -13,6 +13,7 @@ fn gpu(name: &str, memory_gib: f64, peak: PeakCompute, hbm_gb_s: f64) -> GpuSpec
         peak,
         hbm_bandwidth: hbm_gb_s * GB,
         efficiency: GpuEfficiency::default(),
+        compute_units: None,
     }
 }
 

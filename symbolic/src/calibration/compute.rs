@@ -1,0 +1,202 @@
+//! The step's compute fitted on traced training steps (`tessel launch --trace`): the cost
+//! model predicts each traced run whole, stage by stage, and three parameters move until it
+//! agrees with what each rank measured: the GEMMs' rate (`matmul`), the rate of the
+//! elementwise passes and the optimizer (`memory`), and the fixed time of each layer's pass.
+//!
+//! Each stage's ranks give two measurements per run: their busy time (forward, backward and
+//! the gradient reduction, each step) against the stage's predicted compute, recompute,
+//! tensor-, context- and expert-parallel communication and data-parallel communication (the
+//! runtime overlaps none of them), and their optimizer step. The run's step time is the third,
+//! against the predicted step, which adds the pipeline's bubble and sends. Each measurement is
+//! the median over the run's steps after the first (which allocates), and each run weighs
+//! the same.
+
+use tessel_grammar::{Spec, Strategy};
+
+use super::{summary, PrimitiveFit};
+use crate::cost::{Calibration, ComputeParams, CostError, CostModel, KernelEfficiency};
+use crate::primitives::fit::{minimize, relative_error, Range};
+
+/// The ranges the compute parameters are searched in: fractions of the spec's peak rates,
+/// and up to a millisecond per layer pass.
+pub const COMPUTE_RANGES: [Range; 3] = [
+    Range {
+        name: "matmul",
+        low: 0.02,
+        high: 1.0,
+    },
+    Range {
+        name: "memory",
+        low: 0.02,
+        high: 1.0,
+    },
+    Range {
+        name: "layer_overhead_s",
+        low: 0.0,
+        high: 1e-3,
+    },
+];
+
+/// One traced run, as the cost model sees it and as it was measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedStep {
+    /// The file it came from.
+    pub source: String,
+    /// The trained spec on the calibrated cluster.
+    pub spec: Spec,
+    /// Each pipeline stage's strategy.
+    pub stage_strategies: Vec<Strategy>,
+    /// Median step time, seconds.
+    pub step_s: f64,
+    pub stages: Vec<StageWork>,
+}
+
+/// What one pipeline stage's ranks measured per step (medians).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StageWork {
+    pub stage: u64,
+    /// Forward, backward and gradient reduction.
+    pub busy_s: f64,
+    pub optimizer_s: f64,
+}
+
+/// Predicted against measured, per measurement of one run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepPrediction {
+    pub predicted_s: f64,
+    pub measured_s: f64,
+}
+
+impl TracedStep {
+    /// The cost model's predictions of this run's measurements (each stage's busy time and
+    /// optimizer step, then the step time) under `calibration` and `efficiency`.
+    pub fn predict(
+        &self,
+        calibration: Calibration,
+        efficiency: KernelEfficiency,
+    ) -> Result<Vec<StepPrediction>, CostError> {
+        let model = CostModel::uncompiled(&self.spec, calibration, efficiency)?;
+        let mut out = Vec::new();
+        for work in &self.stages {
+            let strategy = self
+                .stage_strategies
+                .get(work.stage as usize)
+                .ok_or_else(|| {
+                    CostError::spec(format!(
+                        "{}: no strategy for stage {}",
+                        self.source, work.stage
+                    ))
+                })?;
+            let estimate = model.estimate(strategy)?;
+            let stage = estimate.stages.get(work.stage as usize).ok_or_else(|| {
+                CostError::spec(format!(
+                    "{}: the model has no stage {}",
+                    self.source, work.stage
+                ))
+            })?;
+            let t = &stage.time;
+            let busy = t.total() - t.bubble - t.pp_comm - t.optimizer;
+            out.push(StepPrediction {
+                predicted_s: busy,
+                measured_s: work.busy_s,
+            });
+            out.push(StepPrediction {
+                predicted_s: t.optimizer,
+                measured_s: work.optimizer_s,
+            });
+        }
+        out.push(StepPrediction {
+            predicted_s: model.estimate(&self.step_strategy())?.step_time_s,
+            measured_s: self.step_s,
+        });
+        Ok(out)
+    }
+
+    /// One strategy with every stage's own recompute and offload.
+    pub fn step_strategy(&self) -> Strategy {
+        let mut strategy = self.stage_strategies.first().cloned().unwrap_or_default();
+        strategy.set_stage_options(
+            self.stage_strategies.iter().map(|s| s.recompute).collect(),
+            self.stage_strategies.iter().map(|s| s.offload).collect(),
+        );
+        strategy
+    }
+}
+
+fn with_compute(base: &Calibration, x: &[f64]) -> Calibration {
+    Calibration {
+        compute: Some(ComputeParams {
+            matmul: x[0],
+            memory: x[1],
+            layer_overhead_s: x[2],
+        }),
+        layer_overhead_s: x[2],
+        ..*base
+    }
+}
+
+/// Mean |log(predicted / measured)| of each run, averaged over runs.
+fn loss(runs: &[TracedStep], efficiency: &[KernelEfficiency], cal: Calibration) -> f64 {
+    let per_run: Vec<f64> = runs
+        .iter()
+        .zip(efficiency)
+        .map(|(run, &eff)| match run.predict(cal, eff.calibrated(&cal)) {
+            Ok(predictions) => {
+                predictions
+                    .iter()
+                    .map(|p| (p.predicted_s / p.measured_s).ln().abs())
+                    .sum::<f64>()
+                    / predictions.len() as f64
+            }
+            Err(_) => f64::INFINITY,
+        })
+        .collect();
+    per_run.iter().sum::<f64>() / per_run.len().max(1) as f64
+}
+
+/// Fits the compute parameters to `runs` from `base` (the cluster's calibration so far, its
+/// collectives already fitted) and the GPU's own fractions.
+pub fn fit_cluster_compute(
+    runs: &[TracedStep],
+    base: &Calibration,
+) -> Result<(ComputeParams, PrimitiveFit), CostError> {
+    let efficiency: Vec<KernelEfficiency> = runs
+        .iter()
+        .map(|r| KernelEfficiency::for_gpu(&r.spec.cluster.gpu))
+        .collect();
+    let start = match (base.compute, efficiency.first()) {
+        (Some(c), _) => vec![c.matmul, c.memory, c.layer_overhead_s],
+        (None, Some(e)) => vec![
+            base.gemm.map_or(e.matmul, |g| g.efficiency),
+            e.memory,
+            base.layer_overhead_s,
+        ],
+        (None, None) => return Err(CostError::spec("no traced run to fit the compute to")),
+    };
+    let loss_at = |x: &[f64]| loss(runs, &efficiency, with_compute(base, x));
+    let fitted = minimize(loss_at, &start, &COMPUTE_RANGES);
+    let errors = |x: &[f64]| -> Result<Vec<f64>, CostError> {
+        let cal = with_compute(base, x);
+        let mut out = Vec::new();
+        for (run, eff) in runs.iter().zip(&efficiency) {
+            for p in run.predict(cal, eff.calibrated(&cal))? {
+                out.push(relative_error(p.predicted_s, p.measured_s));
+            }
+        }
+        Ok(out)
+    };
+    let fit = summary(
+        errors(&start)?,
+        errors(&fitted)?,
+        &COMPUTE_RANGES,
+        start,
+        fitted.clone(),
+        loss_at,
+    );
+    let params = ComputeParams {
+        matmul: fitted[0],
+        memory: fitted[1],
+        layer_overhead_s: fitted[2],
+    };
+    Ok((params, fit))
+}
