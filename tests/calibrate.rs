@@ -303,6 +303,26 @@ fn a_gemm_calibration_changes_the_compute_prediction() {
 }
 
 #[test]
+fn a_traced_pipeline_run_fits_the_gemms_and_the_compute_of_each_stage() {
+    let cal = calibration(&[
+        "tests/traces/tessel/dense8-pp2-2steps.json",
+        "--spec",
+        "tests/launch/dense8.tsl",
+    ]);
+    assert_eq!(cal["inputs"][0]["measures"], "gemm compute");
+    // Two ranks × 8 matmul shapes; each stage's busy time and optimizer step, and the step.
+    assert_eq!(cal["gemm_fit"]["rows"], 16);
+    assert_eq!(cal["compute_fit"]["rows"], 5);
+    assert!(
+        cal.get("collectives").is_none(),
+        "no data parallelism: {cal}"
+    );
+    let before = cal["compute_fit"]["median_error_before"].as_f64().unwrap();
+    let after = cal["compute_fit"]["median_error_after"].as_f64().unwrap();
+    assert!(after < before, "{before} → {after}");
+}
+
+#[test]
 fn a_tessel_launch_trace_gives_its_data_parallel_collectives() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plan = dir.path().join("plan.json");

@@ -17,6 +17,7 @@ fn seeds() -> Vec<&'static str> {
         include_str!("../../tests/traces/kineto/hta-nccl-a100-2ranks.json"),
         include_str!("../../tests/traces/kineto/tracelens-qwen1.5-0.5b-h100-gemms.json"),
         include_str!("../../tests/traces/gemm/h100-cublas-fp16.csv"),
+        include_str!("../../tests/traces/tessel/dense8-pp2-2steps.json"),
     ]
 }
 
