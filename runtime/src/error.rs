@@ -18,6 +18,8 @@ pub enum RuntimeError {
     Aborted,
     /// Writing the trace failed.
     Trace { reason: String },
+    /// Writing or reading a checkpoint failed, or it does not fit the plan's model.
+    Checkpoint { reason: String },
 }
 
 impl RuntimeError {
@@ -48,6 +50,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::RankFailed { rank, reason } => write!(f, "rank {rank} failed: {reason}"),
             RuntimeError::Aborted => write!(f, "stopped because another rank failed"),
             RuntimeError::Trace { reason } => write!(f, "writing the trace: {reason}"),
+            RuntimeError::Checkpoint { reason } => write!(f, "checkpoint: {reason}"),
         }
     }
 }

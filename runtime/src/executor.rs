@@ -3,6 +3,7 @@
 //! applies Adam.
 
 use crate::backend::{AdamParams, Backend};
+use crate::checkpoint::{write_rank, Checkpoint, ShardRecord, StateKind, StatePiece};
 use crate::data::TokenStream;
 use crate::error::RuntimeError;
 use crate::init::init_block;
@@ -17,6 +18,7 @@ use crate::model::{Env, Grads, Values};
 use crate::plan::ExecutionPlan;
 use crate::trace::{CollectiveRecord, MatmulRecord, TraceEvent};
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 use std::time::Instant;
 use tessel_grammar::{ModelSpec, Recompute};
 use tessel_planner::schedule::{Instruction, MessageKind, PipelineSchedule};
@@ -28,6 +30,11 @@ pub struct RunSetup<'a> {
     pub schedule: &'a PipelineSchedule,
     pub stream: &'a TokenStream,
     pub steps: usize,
+    /// The checkpoint the run resumes from: parameters and Adam's moments from it, steps
+    /// (data and bias correction) numbered on from its step.
+    pub resume: Option<&'a Checkpoint>,
+    /// Where each rank writes its pieces of a checkpoint after the last step.
+    pub checkpoint_to: Option<&'a Path>,
     pub adam: AdamParams,
     pub collect_parameters: bool,
     pub start: Instant,
@@ -43,6 +50,8 @@ pub struct RankOutput {
     pub events: Vec<TraceEvent>,
     /// The matmuls the backend timed, by shape.
     pub matmuls: Vec<MatmulRecord>,
+    /// The checkpoint pieces this rank wrote.
+    pub checkpoint: Vec<ShardRecord>,
     /// Local parameter shards after the last step (when asked for).
     pub parameters: Vec<(ParamSpec, Vec<f32>)>,
 }
@@ -98,7 +107,8 @@ pub fn run_rank<B: Backend>(
     let mut r = Rank::new(b, rank, setup)?;
     let mut losses = Vec::with_capacity(setup.steps);
     let mut step_times = Vec::with_capacity(setup.steps);
-    for step in 0..setup.steps {
+    let first_step = setup.resume.map_or(0, |c| c.manifest.step as usize);
+    for step in first_step..first_step + setup.steps {
         let t0 = Instant::now();
         r.step = step;
         r.loss = 0.0;
@@ -112,6 +122,10 @@ pub fn run_rank<B: Backend>(
     }
     // Peaks of training only: collecting the parameters gathers ZeRO-3 shards.
     let peaks = r.memory.peaks();
+    let checkpoint = match setup.checkpoint_to {
+        Some(dir) => r.write_checkpoint(dir)?,
+        None => Vec::new(),
+    };
     let parameters = if setup.collect_parameters {
         r.parameters()?
     } else {
@@ -124,6 +138,7 @@ pub fn run_rank<B: Backend>(
         peaks,
         events: r.events,
         matmuls: b.timed_matmuls(),
+        checkpoint,
         parameters,
     })
 }
@@ -199,7 +214,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             events: Vec::new(),
             loss: 0.0,
             step: 0,
-            opt_step: 0,
+            opt_step: setup.resume.map_or(0, |c| c.manifest.step),
         };
         for spec in specs {
             r.add_group(spec)?;
@@ -214,27 +229,45 @@ impl<'a, B: Backend> Rank<'a, B> {
     fn add_group(&mut self, spec: GroupSpec) -> Result<(), RuntimeError> {
         let b = self.b;
         let seed = self.setup.plan.seed;
+        let resume = self.setup.resume;
         for p in &spec.params {
             let (rows, cols) = p.local_shape();
-            let data = init_block(seed, &p.name, p.cols, p.row_range(), p.col_range(), p.init);
+            let data = match resume {
+                Some(checkpoint) => checkpoint.block(p, StateKind::Param)?,
+                None => init_block(seed, &p.name, p.cols, p.row_range(), p.col_range(), p.init),
+            };
             self.values
                 .insert(p.name.clone(), b.tensor(data, rows, cols));
         }
         let replicas = b.group_size(spec.replication);
         let len: usize = spec.params.iter().map(|p| p.local_len()).sum();
         let padded = len.div_ceil(replicas) * replicas;
-        let owned = if self.zero() >= 1 {
-            padded / replicas
+        let (owned, first) = if self.zero() >= 1 {
+            let owned = padded / replicas;
+            (owned, b.group_index(spec.replication) * owned)
         } else {
-            padded
+            (padded, 0)
         };
+        // Adam's moments: zero, or this rank's part of the group's flat buffer of them.
+        let moment = |state: StateKind| -> Result<B::Tensor, RuntimeError> {
+            let Some(checkpoint) = resume else {
+                return Ok(b.zeros(owned, 1));
+            };
+            let mut flat = Vec::with_capacity(padded);
+            for p in &spec.params {
+                flat.extend(checkpoint.block(p, state)?);
+            }
+            flat.resize(padded, 0.0);
+            Ok(b.tensor(flat[first..first + owned].to_vec(), owned, 1))
+        };
+        let (adam_m, adam_v) = (moment(StateKind::AdamM)?, moment(StateKind::AdamV)?);
         let mut state = GroupState {
             spec,
             len,
             padded,
             shard: None,
-            adam_m: b.zeros(owned, 1),
-            adam_v: b.zeros(owned, 1),
+            adam_m,
+            adam_v,
             reduced: None,
         };
         self.memory
@@ -916,6 +949,55 @@ impl<'a, B: Backend> Rank<'a, B> {
             }
         }
         Ok(())
+    }
+
+    /// Writes this rank's pieces of a checkpoint to `dir`: each parameter's local rectangle
+    /// and its Adam moments, ZeRO's shards gathered back first. Of the ranks that hold the same
+    /// rectangles (the group's replicas), the first writes them.
+    fn write_checkpoint(&mut self, dir: &Path) -> Result<Vec<ShardRecord>, RuntimeError> {
+        let b = self.b;
+        let names: Vec<String> = self.groups.iter().map(|g| g.spec.name.clone()).collect();
+        self.materialize(&names)?;
+        let mut pieces = Vec::new();
+        for g in &self.groups {
+            let whole = |t: &B::Tensor| -> Result<Vec<f32>, RuntimeError> {
+                if self.zero() >= 1 {
+                    Ok(b.to_vec(&b.all_gather(g.spec.replication, t)?))
+                } else {
+                    Ok(b.to_vec(t))
+                }
+            };
+            let (m, v) = (whole(&g.adam_m)?, whole(&g.adam_v)?);
+            if b.group_index(g.spec.replication) != 0 {
+                continue;
+            }
+            let mut offset = 0;
+            for p in &g.spec.params {
+                let n = p.local_len();
+                let value = self
+                    .values
+                    .get(&p.name)
+                    .ok_or_else(|| RuntimeError::InvalidModel {
+                        reason: format!("parameter {} missing at the end of the run", p.name),
+                    })?;
+                for (state, data) in [
+                    (StateKind::Param, b.to_vec(value)),
+                    (StateKind::AdamM, m[offset..offset + n].to_vec()),
+                    (StateKind::AdamV, v[offset..offset + n].to_vec()),
+                ] {
+                    pieces.push(StatePiece {
+                        param: p.clone(),
+                        state,
+                        data,
+                    });
+                }
+                offset += n;
+            }
+        }
+        if pieces.is_empty() {
+            return Ok(Vec::new());
+        }
+        write_rank(dir, self.rank, &pieces)
     }
 
     fn parameters(&mut self) -> Result<Vec<(ParamSpec, Vec<f32>)>, RuntimeError> {

@@ -3,11 +3,13 @@
 use crate::backend::cpu::CpuBackend;
 use crate::backend::shared_memory::World;
 use crate::backend::AdamParams;
+use crate::checkpoint::{write_manifest, Checkpoint};
 use crate::data::{DataSource, TokenStream};
 use crate::error::RuntimeError;
 use crate::executor::{run_rank, RankOutput, RunSetup};
 use crate::memory::{MemoryBreakdown, MemoryPeaks};
 use crate::mesh::Mesh;
+use crate::model::layout::{embedding_group, head_group, layer_groups, ParamSpec, ShardCoords};
 use crate::plan::ExecutionPlan;
 use crate::trace::write_trace;
 use std::collections::BTreeMap;
@@ -31,6 +33,11 @@ pub struct LaunchOptions {
     pub adam: AdamParams,
     /// Return the final global parameters in the report (for checking against a reference).
     pub collect_parameters: bool,
+    /// Resume from the checkpoint in this folder (`crate::checkpoint`), written under any plan
+    /// of the same model.
+    pub resume_from: Option<PathBuf>,
+    /// Write a checkpoint to this folder after the last step.
+    pub checkpoint_to: Option<PathBuf>,
 }
 
 impl LaunchOptions {
@@ -43,6 +50,8 @@ impl LaunchOptions {
             trace_context: serde_json::Map::new(),
             adam: AdamParams::default(),
             collect_parameters: false,
+            resume_from: None,
+            checkpoint_to: None,
         }
     }
 }
@@ -71,6 +80,8 @@ pub struct LaunchReport {
     pub peak_memory: Vec<RankMemory>,
     /// Final global parameters by name (when asked for).
     pub parameters: Option<BTreeMap<String, Vec<f32>>>,
+    /// Optimizer steps taken before this run's first (those of the checkpoint it resumed).
+    pub first_step: u64,
 }
 
 /// Checks that the model can be built at all.
@@ -140,12 +151,27 @@ pub fn launch_cpu(
         plan.global_batch() as usize,
     )?;
     let world = World::new(Mesh::new(plan));
+    let resume = options
+        .resume_from
+        .as_deref()
+        .map(Checkpoint::read)
+        .transpose()?;
+    if let Some(checkpoint) = &resume {
+        checkpoint.check(&whole_model_params(model, plan))?;
+    }
+    if let Some(dir) = &options.checkpoint_to {
+        std::fs::create_dir_all(dir).map_err(|e| RuntimeError::Checkpoint {
+            reason: format!("{}: {e}", dir.display()),
+        })?;
+    }
     let setup = RunSetup {
         model,
         plan,
         schedule: &schedule,
         stream: &stream,
         steps: options.steps as usize,
+        resume: resume.as_ref(),
+        checkpoint_to: options.checkpoint_to.as_deref(),
         adam: options.adam,
         collect_parameters: options.collect_parameters,
         start: Instant::now(),
@@ -211,7 +237,12 @@ pub fn launch_cpu(
     if outputs.len() != world_size {
         return Err(RuntimeError::Aborted);
     }
-    report(plan, options, outputs)
+    let first_step = resume.as_ref().map_or(0, |c| c.manifest.step);
+    if let Some(dir) = &options.checkpoint_to {
+        let shards = outputs.iter().flat_map(|o| o.checkpoint.clone()).collect();
+        write_manifest(dir, first_step + options.steps, &model.name, shards)?;
+    }
+    report(plan, options, outputs, first_step)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -228,6 +259,7 @@ fn report(
     plan: &ExecutionPlan,
     options: &LaunchOptions,
     outputs: Vec<RankOutput>,
+    first_step: u64,
 ) -> Result<LaunchReport, RuntimeError> {
     let steps = options.steps as usize;
     let step_time_s: Vec<f64> = (0..steps)
@@ -277,7 +309,22 @@ fn report(
         tokens_per_s: if total > 0.0 { tokens / total } else { 0.0 },
         peak_memory,
         parameters,
+        first_step,
     })
+}
+
+/// Every parameter of the model as whole tensors (no tensor or expert split).
+fn whole_model_params(model: &ModelSpec, plan: &ExecutionPlan) -> Vec<ParamSpec> {
+    let whole = ShardCoords {
+        tp: 1,
+        tp_index: 0,
+        ep: 1,
+        ep_index: 0,
+    };
+    let mut groups = vec![embedding_group(model, plan.seq_len, whole)];
+    groups.extend((0..model.layers).flat_map(|layer| layer_groups(model, layer, whole)));
+    groups.push(head_group(model, true, whole));
+    groups.into_iter().flat_map(|g| g.params).collect()
 }
 
 /// Puts every rank's shards back into global tensors.

@@ -3,6 +3,7 @@
 //! generator, backends (`cpu` always), memory accounting and Chrome traces.
 
 pub mod backend;
+pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod executor;

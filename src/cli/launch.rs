@@ -79,6 +79,16 @@ pub struct Args {
     /// one process per GPU; default there: the plan's world size).
     #[arg(long)]
     pub nproc_per_node: Option<usize>,
+    /// Write a checkpoint to this folder after the last step: every rank's parameters and Adam
+    /// moments with a manifest (`tessel-checkpoint/1`), which `--resume` reads under any plan
+    /// of the same model.
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
+    /// Resume from a checkpoint `--save` wrote, under this plan's degrees (tensor, pipeline,
+    /// data, expert parallelism, ZeRO stage and rank count may all differ); steps are
+    /// numbered on from the checkpoint's.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
     /// Run as one rank of a job started by srun or torchrun: the rank, world size and rank 0's
     /// address come from `SLURM_*` or `RANK`/`WORLD_SIZE`/`MASTER_ADDR`/`MASTER_PORT`.
     #[arg(long)]
@@ -179,8 +189,20 @@ pub fn run(args: &Args) -> ExitCode {
         },
         trace: args.trace.clone(),
         trace_context: trace_context(&scaled),
+        resume_from: args.resume.clone(),
+        checkpoint_to: args.save.clone(),
         ..LaunchOptions::new(args.steps)
     };
+    let one_process = matches!(args.backend, Backend::Cpu)
+        && args.nproc_per_node.is_none_or(|n| n <= 1)
+        && !args.from_env;
+    if (args.save.is_some() || args.resume.is_some()) && !one_process {
+        return bad_input(
+            "--save and --resume run with the one-process CPU launch (`--backend cpu` without \
+             --nproc-per-node or --from-env); multi-process and CUDA checkpoints are not built yet"
+                .to_string(),
+        );
+    }
     if args.from_env || std::env::var_os(WORKER_VAR).is_some() {
         return run_worker(args, &scaled, &options);
     }
@@ -203,9 +225,11 @@ pub fn run(args: &Args) -> ExitCode {
     }
     let report = match launch_cpu(scaled.model(), &scaled.execution, &options) {
         Ok(report) => report,
-        Err(error @ (RuntimeError::Data { .. } | RuntimeError::InvalidPlan { .. })) => {
-            return bad_input(format!("`{path}`: {error}"))
-        }
+        Err(
+            error @ (RuntimeError::Data { .. }
+            | RuntimeError::InvalidPlan { .. }
+            | RuntimeError::Checkpoint { .. }),
+        ) => return bad_input(format!("`{path}`: {error}")),
         Err(error) => {
             eprintln!("error: training failed: {error}");
             return ExitCode::from(EXIT_RUNTIME_FAILURE);
@@ -361,7 +385,7 @@ fn print_table(scaled: &ScaledPlan, report: &LaunchReport, predicted: &[Predicte
         let rate = if *time > 0.0 { tokens / time } else { 0.0 };
         println!(
             "{:>4}  {:>10.6}  {:>10}  {:>12.0}",
-            step + 1,
+            report.first_step + step as u64 + 1,
             loss,
             super::duration(*time),
             rate
@@ -462,6 +486,7 @@ fn report_json(scaled: &ScaledPlan, report: &LaunchReport, predicted: &[Predicte
         "seq_len": e.seq_len,
         "global_batch": e.global_batch(),
         "world_size": e.world_size(),
+        "first_step": report.first_step,
         "losses": report.losses,
         "step_time_s": report.step_time_s,
         "tokens_per_s": report.tokens_per_s,

@@ -205,6 +205,8 @@ fn train<B: Backend>(
             schedule: &schedule,
             stream: &stream,
             steps: options.steps as usize,
+            resume: None,
+            checkpoint_to: None,
             adam: options.adam,
             collect_parameters: options.collect_parameters,
             start: Instant::now(),
