@@ -177,3 +177,91 @@ fn another_model_is_refused_with_the_parameter_that_differs() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("one-process CPU launch"));
 }
+
+#[test]
+fn a_killed_rank_resumes_from_the_last_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let reference = plan(dir, "dense8.tsl", "ref", &["--gpus", "1"]);
+    let want = losses(&reference, "6", &[]);
+    let a = plan(dir, "dense8.tsl", "a", &["--gpus", "2", "--dp", "2"]);
+    let snapshots = dir.join("snapshots");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessel"))
+        .args([
+            "launch",
+            a.to_str().unwrap(),
+            "--backend",
+            "cpu",
+            "--scale",
+            "1",
+        ])
+        .args([
+            "--steps",
+            "6",
+            "--save",
+            snapshots.to_str().unwrap(),
+            "--save-every",
+            "2",
+        ])
+        .env("TESSEL_INJECT_FAILURE", "1:5")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rank 1 failed: failure injected as step 5 started"),
+        "{stderr}"
+    );
+    // Steps 2 and 4 were snapshotted; the newest is named and the older removed.
+    assert_eq!(
+        std::fs::read_to_string(snapshots.join("latest")).unwrap(),
+        "step4\n"
+    );
+    assert!(!snapshots.join("step2").exists());
+    let b = plan(
+        dir,
+        "dense8.tsl",
+        "b",
+        &["--gpus", "4", "--tp", "2", "--pp", "2"],
+    );
+    let then = losses(&b, "2", &["--resume", snapshots.to_str().unwrap()]);
+    assert_close(&then, &want[4..], "resumed after the failure");
+}
+
+#[test]
+fn snapshots_default_to_the_plans_checkpoint_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    // A spec that fails absurdly often, for an interval of a few steps of this tiny model.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("tests/launch/dense8.tsl"))
+        .unwrap()
+        .replace("../../specs/clusters", root.join("specs/clusters").to_str().unwrap())
+        .replace(
+            "  optimizer    = adam\n",
+            "  optimizer    = adam\n  failures     = { mtbf = 5 ms, restart = 0 s }\n  checkpoint   = { to = disk, bandwidth = 4 GB/s }\n",
+        );
+    let spec = dir.join("failing.tsl");
+    std::fs::write(&spec, text).unwrap();
+    let out = dir.join("plan.json");
+    stdout(&tessel(&[
+        "plan",
+        spec.to_str().unwrap(),
+        "--gpus",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let every = written["checkpoints"]["interval_steps"].as_u64().unwrap();
+    assert_eq!(written["checkpoints"]["chosen"]["target"], "disk");
+    let snapshots = dir.join("snapshots");
+    let steps = (2 * every + 1).to_string();
+    losses(&out, &steps, &["--save", snapshots.to_str().unwrap()]);
+    // The last step's snapshot, after one at each interval.
+    assert_eq!(
+        std::fs::read_to_string(snapshots.join("latest")).unwrap(),
+        format!("step{steps}\n")
+    );
+}

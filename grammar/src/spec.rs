@@ -345,6 +345,68 @@ pub struct TrainSpec {
     /// framework's default (see [`TrainSpec::overlap`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<OverlapSpec>,
+    /// How often the job's GPUs fail and where checkpoints go (`train.failures`,
+    /// `train.checkpoint`): with it the plan states the checkpoint interval and the goodput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<FailureSpec>,
+}
+
+/// `train.failures` and `train.checkpoint`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureSpec {
+    pub mtbf: Mtbf,
+    /// Seconds from a failure to training again, the checkpoint's reading aside: detection,
+    /// rescheduling, start-up.
+    pub restart_s: f64,
+    /// Where checkpoints go as written; `None`: the planner weighs host memory against disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_to: Option<CheckpointTarget>,
+    /// Write (and read) bandwidth of the disk target per GPU, bytes/s; `None`: no disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bandwidth: Option<f64>,
+}
+
+/// Mean time between failures, seconds, as written.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mtbf {
+    /// Of one GPU (with its share of the node): the job's is this over its GPU count.
+    PerGpu(f64),
+    /// Of the whole job.
+    Job(f64),
+}
+
+/// Where a checkpoint is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointTarget {
+    /// An in-memory snapshot: copied to the node's host memory over the GPU's host link and
+    /// replicated to a peer node's (so a failed node's snapshot survives it).
+    Host,
+    /// Persistent storage at the spec's bandwidth per GPU.
+    Disk,
+}
+
+impl CheckpointTarget {
+    pub const ALL: [CheckpointTarget; 2] = [CheckpointTarget::Host, CheckpointTarget::Disk];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckpointTarget::Host => "host",
+            CheckpointTarget::Disk => "disk",
+        }
+    }
+}
+
+impl FailureSpec {
+    /// The job's mean time between failures on `gpus` GPUs, seconds.
+    pub fn job_mtbf_s(&self, gpus: u64) -> f64 {
+        match self.mtbf {
+            Mtbf::PerGpu(s) => s / gpus.max(1) as f64,
+            Mtbf::Job(s) => s,
+        }
+    }
 }
 
 /// `train.overlap` as written: `None` fields take the framework's default.

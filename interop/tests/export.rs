@@ -98,6 +98,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         fused_cross_entropy: None,
         compile: false,
         overlap: None,
+        failures: None,
     }
 }
 

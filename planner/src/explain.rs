@@ -133,6 +133,11 @@ pub fn render_explain(plan: &Plan) -> String {
             r.reason
         );
     }
+    if let Some(checkpoints) = &plan.checkpoints {
+        for line in crate::checkpoint_explanation(checkpoints) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     out
 }
 

@@ -7,6 +7,7 @@
 
 mod bounds;
 pub mod canonical_json;
+mod checkpoints;
 mod cost_model;
 mod diff;
 mod error;
@@ -28,6 +29,7 @@ pub mod schedule;
 mod search;
 mod space;
 
+pub use checkpoints::{checkpoint_explanation, checkpoint_line, checkpoint_plan, CheckpointPlan};
 pub use cost_model::StageCostModel;
 pub use diff::{
     diff_plans, render_diff_markdown, render_diff_text, FieldChange, MetricChange, PlanDiff,

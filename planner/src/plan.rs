@@ -180,6 +180,9 @@ pub struct Plan {
     pub solver: SolverReport,
     pub search: SearchStats,
     pub runners_up: Vec<RunnerUp>,
+    /// The checkpoint interval and target, when the spec says how often its GPUs fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<crate::CheckpointPlan>,
 }
 
 /// SHA-256 (hex) of the spec's JSON with object keys sorted.

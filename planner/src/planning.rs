@@ -330,6 +330,7 @@ fn assemble(
         etp: outer.etp,
         gpus_per_node: spec.cluster.gpus_per_node,
     });
+    let checkpoints = crate::checkpoint_plan(spec, prediction.step_time_s);
     Plan {
         format: PLAN_FORMAT.to_string(),
         spec_digest: spec_digest(spec),
@@ -349,5 +350,6 @@ fn assemble(
         solver,
         search,
         runners_up,
+        checkpoints,
     }
 }

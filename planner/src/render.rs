@@ -152,6 +152,13 @@ pub fn render_table(plan: &Plan) -> String {
     if let Some(file) = &plan.spec.cluster.calibration {
         let _ = writeln!(out, "  calibration  {}", file.label());
     }
+    if let Some(checkpoints) = &plan.checkpoints {
+        let _ = writeln!(
+            out,
+            "  checkpoints  {}",
+            crate::checkpoint_line(checkpoints)
+        );
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,
@@ -233,6 +240,13 @@ pub fn render_markdown(plan: &Plan) -> String {
         p.peak_memory_gib, p.memory_capacity_gib
     );
     let _ = writeln!(out, "| solver | {} |", plan.solver.status.as_str());
+    if let Some(checkpoints) = &plan.checkpoints {
+        let _ = writeln!(
+            out,
+            "| checkpoints | {} |",
+            crate::checkpoint_line(checkpoints)
+        );
+    }
     let _ = writeln!(out, "| spec digest | `{}` |\n", plan.spec_digest);
     let _ = writeln!(
         out,

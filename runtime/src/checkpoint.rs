@@ -20,6 +20,29 @@ use std::path::{Path, PathBuf};
 /// The `format` of `manifest.json`.
 pub const CHECKPOINT_FORMAT: &str = "tessel-checkpoint/1";
 const MANIFEST: &str = "manifest.json";
+/// In a folder of snapshots, the file naming the newest complete one.
+const LATEST: &str = "latest";
+
+/// A rank made to fail as a step starts (`TESSEL_INJECT_FAILURE=RANK:STEP` for `tessel
+/// launch`), to test recovery from the last snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InjectedFailure {
+    pub rank: usize,
+    /// 1-based, as the steps are printed.
+    pub step: u64,
+}
+
+impl InjectedFailure {
+    /// `RANK:STEP`.
+    pub fn parse(text: &str) -> Result<InjectedFailure, String> {
+        let bad = || format!("expected RANK:STEP (such as `1:5`), not `{text}`");
+        let (rank, step) = text.split_once(':').ok_or_else(bad)?;
+        Ok(InjectedFailure {
+            rank: rank.trim().parse().map_err(|_| bad())?,
+            step: step.trim().parse().map_err(|_| bad())?,
+        })
+    }
+}
 
 /// Which state of a parameter a piece holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -89,12 +112,23 @@ fn io_error(path: &Path, error: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
-/// Writes one rank's pieces to `rank{rank}.bin` in `dir` and returns their records.
+/// The folder of snapshot `step` in `dir`, created.
+pub fn snapshot_folder(dir: &Path, step: u64) -> Result<PathBuf, RuntimeError> {
+    let folder = dir.join(format!("step{step}"));
+    std::fs::create_dir_all(&folder).map_err(|e| io_error(&folder, e))?;
+    Ok(folder)
+}
+
+/// Writes one rank's pieces to `rank{rank}.bin` in `dir` and returns their records (no file
+/// when it writes none).
 pub fn write_rank(
     dir: &Path,
     rank: usize,
     pieces: &[StatePiece],
 ) -> Result<Vec<ShardRecord>, RuntimeError> {
+    if pieces.is_empty() {
+        return Ok(Vec::new());
+    }
     let file = format!("rank{rank}.bin");
     let mut bytes = Vec::new();
     let mut records = Vec::with_capacity(pieces.len());
@@ -115,6 +149,47 @@ pub fn write_rank(
     let path = dir.join(&file);
     std::fs::write(&path, bytes).map_err(|e| io_error(&path, e))?;
     Ok(records)
+}
+
+/// Writes one rank's records beside its pieces, for [`commit`].
+pub fn write_records(dir: &Path, rank: usize, records: &[ShardRecord]) -> Result<(), RuntimeError> {
+    let path = dir.join(format!("rank{rank}.json"));
+    let text = serde_json::to_string(records).map_err(|e| io_error(&path, e))?;
+    std::fs::write(&path, text).map_err(|e| io_error(&path, e))
+}
+
+/// Commits snapshot `step` of `dir` once all `ranks` wrote theirs: its manifest from their
+/// records, then `latest` naming it (replaced in one rename, so a failure leaves the previous
+/// snapshot named), then the older snapshots removed.
+pub fn commit(dir: &Path, step: u64, model: &str, ranks: usize) -> Result<(), RuntimeError> {
+    let name = format!("step{step}");
+    let folder = dir.join(&name);
+    let mut shards = Vec::new();
+    for rank in 0..ranks {
+        let path = folder.join(format!("rank{rank}.json"));
+        let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
+        let records: Vec<ShardRecord> =
+            serde_json::from_str(&text).map_err(|e| io_error(&path, e))?;
+        shards.extend(records);
+        std::fs::remove_file(&path).map_err(|e| io_error(&path, e))?;
+    }
+    write_manifest(&folder, step, model, shards)?;
+    let (latest, written) = (dir.join(LATEST), dir.join(format!("{LATEST}.tmp")));
+    std::fs::write(&written, format!("{name}\n")).map_err(|e| io_error(&written, e))?;
+    std::fs::rename(&written, &latest).map_err(|e| io_error(&latest, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error(dir, e))?;
+    for entry in entries.flatten() {
+        let older = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("step"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .is_some_and(|s| s < step);
+        if older {
+            std::fs::remove_dir_all(entry.path()).map_err(|e| io_error(&entry.path(), e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `manifest.json`, its pieces in a fixed order whatever order the ranks finished in.
@@ -148,8 +223,18 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Reads `manifest.json` and the files it names; an error names what is missing or wrong.
+    /// Reads the newest snapshot `latest` names in `dir` (or `dir`'s own `manifest.json`)
+    /// and the files it names; an error names what is missing or wrong.
     pub fn read(dir: &Path) -> Result<Checkpoint, RuntimeError> {
+        let latest = dir.join(LATEST);
+        if latest.exists() {
+            let name = std::fs::read_to_string(&latest).map_err(|e| io_error(&latest, e))?;
+            return Checkpoint::read_snapshot(&dir.join(name.trim()));
+        }
+        Checkpoint::read_snapshot(dir)
+    }
+
+    fn read_snapshot(dir: &Path) -> Result<Checkpoint, RuntimeError> {
         let path = dir.join(MANIFEST);
         let text = std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))?;
         let manifest: Manifest = serde_json::from_str(&text)

@@ -3,7 +3,10 @@
 //! applies Adam.
 
 use crate::backend::{AdamParams, Backend};
-use crate::checkpoint::{write_rank, Checkpoint, ShardRecord, StateKind, StatePiece};
+use crate::checkpoint::{
+    commit, snapshot_folder, write_rank, write_records, Checkpoint, InjectedFailure, ShardRecord,
+    StateKind, StatePiece,
+};
 use crate::data::TokenStream;
 use crate::error::RuntimeError;
 use crate::init::init_block;
@@ -33,8 +36,12 @@ pub struct RunSetup<'a> {
     /// The checkpoint the run resumes from: parameters and Adam's moments from it, steps
     /// (data and bias correction) numbered on from its step.
     pub resume: Option<&'a Checkpoint>,
-    /// Where each rank writes its pieces of a checkpoint after the last step.
+    /// Where the run writes checkpoints: after the last step, and every `snapshot_every`
+    /// steps when set.
     pub checkpoint_to: Option<&'a Path>,
+    pub snapshot_every: Option<u64>,
+    /// A failure to inject, for tests of recovery: this rank fails as this step starts.
+    pub fail_at: Option<InjectedFailure>,
     pub adam: AdamParams,
     pub collect_parameters: bool,
     pub start: Instant,
@@ -50,8 +57,6 @@ pub struct RankOutput {
     pub events: Vec<TraceEvent>,
     /// The matmuls the backend timed, by shape.
     pub matmuls: Vec<MatmulRecord>,
-    /// The checkpoint pieces this rank wrote.
-    pub checkpoint: Vec<ShardRecord>,
     /// Local parameter shards after the last step (when asked for).
     pub parameters: Vec<(ParamSpec, Vec<f32>)>,
 }
@@ -108,7 +113,19 @@ pub fn run_rank<B: Backend>(
     let mut losses = Vec::with_capacity(setup.steps);
     let mut step_times = Vec::with_capacity(setup.steps);
     let first_step = setup.resume.map_or(0, |c| c.manifest.step as usize);
-    for step in first_step..first_step + setup.steps {
+    let last_step = first_step + setup.steps;
+    for step in first_step..last_step {
+        if setup.fail_at
+            == Some(InjectedFailure {
+                rank,
+                step: step as u64 + 1,
+            })
+        {
+            return Err(RuntimeError::RankFailed {
+                rank,
+                reason: format!("failure injected as step {} started", step + 1),
+            });
+        }
         let t0 = Instant::now();
         r.step = step;
         r.loss = 0.0;
@@ -119,13 +136,16 @@ pub fn run_rank<B: Backend>(
         let total = b.all_reduce(GroupKind::World, &b.tensor(vec![r.loss as f32], 1, 1))?;
         losses.push(f64::from(b.to_vec(&total)[0]));
         step_times.push(t0.elapsed().as_secs_f64());
+        let done = step as u64 + 1;
+        if let Some(dir) = setup.checkpoint_to {
+            let due = setup.snapshot_every.is_some_and(|n| done.is_multiple_of(n));
+            if due || step + 1 == last_step {
+                r.snapshot(dir, done)?;
+            }
+        }
     }
     // Peaks of training only: collecting the parameters gathers ZeRO-3 shards.
     let peaks = r.memory.peaks();
-    let checkpoint = match setup.checkpoint_to {
-        Some(dir) => r.write_checkpoint(dir)?,
-        None => Vec::new(),
-    };
     let parameters = if setup.collect_parameters {
         r.parameters()?
     } else {
@@ -138,7 +158,6 @@ pub fn run_rank<B: Backend>(
         peaks,
         events: r.events,
         matmuls: b.timed_matmuls(),
-        checkpoint,
         parameters,
     })
 }
@@ -951,13 +970,27 @@ impl<'a, B: Backend> Rank<'a, B> {
         Ok(())
     }
 
-    /// Writes this rank's pieces of a checkpoint to `dir`: each parameter's local rectangle
-    /// and its Adam moments, ZeRO's shards gathered back first. Of the ranks that hold the same
-    /// rectangles (the group's replicas), the first writes them.
-    fn write_checkpoint(&mut self, dir: &Path) -> Result<Vec<ShardRecord>, RuntimeError> {
+    /// Writes checkpoint `step` into `dir`: this rank's pieces, then, once every rank has
+    /// written, rank 0 commits the manifest.
+    fn snapshot(&mut self, dir: &Path, step: u64) -> Result<(), RuntimeError> {
         let b = self.b;
-        let names: Vec<String> = self.groups.iter().map(|g| g.spec.name.clone()).collect();
-        self.materialize(&names)?;
+        let folder = snapshot_folder(dir, step)?;
+        let records = self.write_checkpoint(&folder)?;
+        write_records(&folder, self.rank, &records)?;
+        b.all_reduce(GroupKind::World, &b.zeros(1, 1))?;
+        if self.rank == 0 {
+            let world = self.setup.plan.world_size() as usize;
+            commit(dir, step, &self.setup.model.name, world)?;
+        }
+        Ok(())
+    }
+
+    /// Writes this rank's pieces of a checkpoint to `folder`: each parameter's local rectangle
+    /// and its Adam moments, ZeRO's shards gathered back first (outside the memory the run
+    /// tracks). Of the ranks that hold the same rectangles (the group's replicas), the first
+    /// writes them.
+    fn write_checkpoint(&self, folder: &Path) -> Result<Vec<ShardRecord>, RuntimeError> {
+        let b = self.b;
         let mut pieces = Vec::new();
         for g in &self.groups {
             let whole = |t: &B::Tensor| -> Result<Vec<f32>, RuntimeError> {
@@ -968,36 +1001,31 @@ impl<'a, B: Backend> Rank<'a, B> {
                 }
             };
             let (m, v) = (whole(&g.adam_m)?, whole(&g.adam_v)?);
+            let weights = match &g.shard {
+                Some(shard) => b.to_vec(&b.all_gather(g.spec.replication, shard)?),
+                None => b.to_vec(&self.flatten(g, false)?),
+            };
             if b.group_index(g.spec.replication) != 0 {
                 continue;
             }
             let mut offset = 0;
             for p in &g.spec.params {
                 let n = p.local_len();
-                let value = self
-                    .values
-                    .get(&p.name)
-                    .ok_or_else(|| RuntimeError::InvalidModel {
-                        reason: format!("parameter {} missing at the end of the run", p.name),
-                    })?;
-                for (state, data) in [
-                    (StateKind::Param, b.to_vec(value)),
-                    (StateKind::AdamM, m[offset..offset + n].to_vec()),
-                    (StateKind::AdamV, v[offset..offset + n].to_vec()),
+                for (state, flat) in [
+                    (StateKind::Param, &weights),
+                    (StateKind::AdamM, &m),
+                    (StateKind::AdamV, &v),
                 ] {
                     pieces.push(StatePiece {
                         param: p.clone(),
                         state,
-                        data,
+                        data: flat[offset..offset + n].to_vec(),
                     });
                 }
                 offset += n;
             }
         }
-        if pieces.is_empty() {
-            return Ok(Vec::new());
-        }
-        write_rank(dir, self.rank, &pieces)
+        write_rank(folder, self.rank, &pieces)
     }
 
     fn parameters(&mut self) -> Result<Vec<(ParamSpec, Vec<f32>)>, RuntimeError> {

@@ -3,7 +3,7 @@
 use crate::backend::cpu::CpuBackend;
 use crate::backend::shared_memory::World;
 use crate::backend::AdamParams;
-use crate::checkpoint::{write_manifest, Checkpoint};
+use crate::checkpoint::{Checkpoint, InjectedFailure};
 use crate::data::{DataSource, TokenStream};
 use crate::error::RuntimeError;
 use crate::executor::{run_rank, RankOutput, RunSetup};
@@ -36,8 +36,12 @@ pub struct LaunchOptions {
     /// Resume from the checkpoint in this folder (`crate::checkpoint`), written under any plan
     /// of the same model.
     pub resume_from: Option<PathBuf>,
-    /// Write a checkpoint to this folder after the last step.
+    /// Write checkpoints to this folder: after the last step, and every `snapshot_every`
+    /// steps when set (each in `step{N}/`, `latest` naming the newest).
     pub checkpoint_to: Option<PathBuf>,
+    pub snapshot_every: Option<u64>,
+    /// Make a rank fail as a step starts (tests of recovery).
+    pub fail_at: Option<InjectedFailure>,
 }
 
 impl LaunchOptions {
@@ -52,6 +56,8 @@ impl LaunchOptions {
             collect_parameters: false,
             resume_from: None,
             checkpoint_to: None,
+            snapshot_every: None,
+            fail_at: None,
         }
     }
 }
@@ -172,6 +178,8 @@ pub fn launch_cpu(
         steps: options.steps as usize,
         resume: resume.as_ref(),
         checkpoint_to: options.checkpoint_to.as_deref(),
+        snapshot_every: options.snapshot_every,
+        fail_at: options.fail_at,
         adam: options.adam,
         collect_parameters: options.collect_parameters,
         start: Instant::now(),
@@ -238,10 +246,6 @@ pub fn launch_cpu(
         return Err(RuntimeError::Aborted);
     }
     let first_step = resume.as_ref().map_or(0, |c| c.manifest.step);
-    if let Some(dir) = &options.checkpoint_to {
-        let shards = outputs.iter().flat_map(|o| o.checkpoint.clone()).collect();
-        write_manifest(dir, first_step + options.steps, &model.name, shards)?;
-    }
     report(plan, options, outputs, first_step)
 }
 

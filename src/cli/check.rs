@@ -121,6 +121,30 @@ fn job(out: &mut String, spec: &Spec) {
     if train.compile {
         let _ = writeln!(out, "  {:<16}torch.compile of each block", "compile");
     }
+    if let Some(failures) = &train.failures {
+        let gpus = spec.cluster.total_gpus();
+        let per_gpu = match failures.mtbf {
+            tessel_grammar::Mtbf::PerGpu(s) => format!("{:.0} h per GPU, ", s / 3600.0),
+            tessel_grammar::Mtbf::Job(_) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<16}MTBF {per_gpu}{:.2} h for the job's {gpus} GPUs; restart {:.0} s",
+            "failures",
+            failures.job_mtbf_s(gpus) / 3600.0,
+            failures.restart_s
+        );
+        let target = match (failures.checkpoint_to, failures.disk_bandwidth) {
+            (Some(to), _) => to.name().to_string(),
+            (None, Some(_)) => "host or disk, the planner's choice".to_string(),
+            (None, None) => "host".to_string(),
+        };
+        let disk = failures
+            .disk_bandwidth
+            .map(|b| format!(" (disk {} per GPU)", si(b, "B/s")))
+            .unwrap_or_default();
+        let _ = writeln!(out, "  {:<16}to {target}{disk}", "checkpoints");
+    }
     let step_flops = spec.model.training_flops_per_token(train.seq_len) * tokens as f64;
     let _ = writeln!(out, "  {:<16}{}", "FLOPs per step", si(step_flops, "FLOP"));
     for strategy in &spec.strategies {

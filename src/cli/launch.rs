@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use serde_json::{json, Value};
 use tessel_planner::{Objective, Plan};
+use tessel_runtime::checkpoint::InjectedFailure;
 use tessel_runtime::launcher::{launch_local, run_cpu_worker, LocalLaunch, WorkerConfig};
 use tessel_runtime::{
     auto_scale, launch_cpu, scale_plan, DataSource, LaunchOptions, LaunchReport, PredictedMemory,
@@ -37,6 +38,9 @@ pub enum Backend {
 
 /// Set by `tessel launch` on the processes it starts: run as one rank of the job.
 const WORKER_VAR: &str = "TESSEL_WORKER";
+
+/// `RANK:STEP`: that rank fails as that step starts, to test recovery from snapshots.
+const FAILURE_VAR: &str = "TESSEL_INJECT_FAILURE";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum Format {
@@ -79,11 +83,15 @@ pub struct Args {
     /// one process per GPU; default there: the plan's world size).
     #[arg(long)]
     pub nproc_per_node: Option<usize>,
-    /// Write a checkpoint to this folder after the last step: every rank's parameters and Adam
-    /// moments with a manifest (`tessel-checkpoint/1`), which `--resume` reads under any plan
-    /// of the same model.
+    /// Write checkpoints to this folder: every rank's parameters and Adam moments with a
+    /// manifest (`tessel-checkpoint/1`), which `--resume` reads under any plan of the same
+    /// model; after the last step, and every `--save-every` steps.
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
+    /// Steps between snapshots (default: the plan's checkpoint interval when its spec has
+    /// `train.failures`, else only after the last step).
+    #[arg(long, value_name = "N", requires = "save", value_parser = clap::value_parser!(u64).range(1..))]
+    pub save_every: Option<u64>,
     /// Resume from a checkpoint `--save` wrote, under this plan's degrees (tensor, pipeline,
     /// data, expert parallelism, ZeRO stage and rank count may all differ); steps are
     /// numbered on from the checkpoint's.
@@ -178,6 +186,13 @@ pub fn run(args: &Args) -> ExitCode {
             return bad_input(format!("cannot read `{}`: {error}", data.display()));
         }
     }
+    let fail_at = match std::env::var(FAILURE_VAR) {
+        Ok(text) => match InjectedFailure::parse(&text) {
+            Ok(failure) => Some(failure),
+            Err(why) => return bad_input(format!("{FAILURE_VAR}: {why}")),
+        },
+        Err(_) => None,
+    };
     let options = LaunchOptions {
         seed: args.seed,
         data: match &args.data {
@@ -191,6 +206,10 @@ pub fn run(args: &Args) -> ExitCode {
         trace_context: trace_context(&scaled),
         resume_from: args.resume.clone(),
         checkpoint_to: args.save.clone(),
+        snapshot_every: args
+            .save_every
+            .or_else(|| plan.checkpoints.as_ref().and_then(|c| c.interval_steps)),
+        fail_at,
         ..LaunchOptions::new(args.steps)
     };
     let one_process = matches!(args.backend, Backend::Cpu)

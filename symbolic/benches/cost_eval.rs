@@ -77,6 +77,7 @@ fn spec() -> Spec {
             fused_cross_entropy: None,
             compile: false,
             overlap: None,
+            failures: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

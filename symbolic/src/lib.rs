@@ -1,6 +1,7 @@
 //! Symbolic expressions and the Tessel cost model.
 
 pub mod calibration;
+pub mod checkpoint;
 pub mod cost;
 mod expr;
 pub mod primitives;

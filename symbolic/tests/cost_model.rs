@@ -87,6 +87,7 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             fused_cross_entropy: None,
             compile: false,
             overlap: None,
+            failures: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

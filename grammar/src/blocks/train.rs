@@ -3,7 +3,11 @@
 use crate::ast::Name;
 use crate::diagnostic::Problem;
 use crate::fields::Fields;
-use crate::spec::{Fp8Scaling, Framework, Optimizer, OverlapSpec, Precision, TrainSpec};
+use crate::spec::{
+    CheckpointTarget, FailureSpec, Fp8Scaling, Framework, Mtbf, Optimizer, OverlapSpec, Precision,
+    TrainSpec,
+};
+use crate::units::Dim;
 
 pub const FIELDS: &[&str] = &[
     "model",
@@ -19,7 +23,15 @@ pub const FIELDS: &[&str] = &[
     "fused_cross_entropy",
     "compile",
     "overlap",
+    "failures",
+    "checkpoint",
 ];
+
+const FAILURE_FIELDS: &[&str] = &["mtbf_per_gpu", "mtbf", "restart"];
+const CHECKPOINT_FIELDS: &[&str] = &["to", "bandwidth"];
+
+/// Detection, rescheduling and start-up after a failure, when the spec does not say.
+pub const DEFAULT_RESTART_S: f64 = 600.0;
 
 const OVERLAP_FIELDS: &[&str] = &["grad_reduce", "param_gather", "tp_comm"];
 
@@ -91,6 +103,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
             }
         }),
     };
+    let failures = failures(f);
     if fp8_scaling.is_some() && precision != Precision::Fp8 {
         let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -134,6 +147,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 fused_cross_entropy,
                 compile,
                 overlap,
+                failures,
             })
     };
     TrainDef {
@@ -141,4 +155,69 @@ pub fn lower(f: &mut Fields) -> TrainDef {
         cluster,
         spec,
     }
+}
+
+/// `failures = { mtbf_per_gpu = 50000 h, restart = 10 min }` and `checkpoint = { to = disk,
+/// bandwidth = 2 GB/s }`: exactly one of the two MTBFs; a disk needs its bandwidth; a
+/// checkpoint target means nothing without failures to plan against.
+fn failures(f: &mut Fields) -> Option<FailureSpec> {
+    let written = f.get("failures").cloned();
+    let checkpoint = f.get("checkpoint").cloned();
+    let (mut to, mut disk_bandwidth) = (None, None);
+    if let Some(value) = &checkpoint {
+        let example = "{ to = disk, bandwidth = 2 GB/s }";
+        if let Some(mut r) = Fields::record("checkpoint", value, example, f.problems) {
+            r.reject_unknown(CHECKPOINT_FIELDS);
+            let targets = CheckpointTarget::ALL.map(|t| (t.name(), t));
+            to = r.choice("to", &targets);
+            disk_bandwidth = r.quantity("bandwidth", Dim::BANDWIDTH, true);
+            if to == Some(CheckpointTarget::Disk) && !r.has("bandwidth") {
+                r.missing("bandwidth", "2 GB/s");
+            }
+        }
+    }
+    let Some(value) = written else {
+        if let Some(value) = checkpoint {
+            f.problems.push(
+                Problem::new(
+                    value.span,
+                    "`checkpoint` says where planned checkpoints go, but the spec plans none",
+                )
+                .with_help("add `failures = { mtbf_per_gpu = 50000 h }` beside it"),
+            );
+        }
+        return None;
+    };
+    let example = "{ mtbf_per_gpu = 50000 h }";
+    let mut r = Fields::record("failures", &value, example, f.problems)?;
+    r.reject_unknown(FAILURE_FIELDS);
+    let per_gpu = r.quantity("mtbf_per_gpu", Dim::TIME, true);
+    let job = r.quantity("mtbf", Dim::TIME, true);
+    let restart_s = r
+        .quantity("restart", Dim::TIME, false)
+        .unwrap_or(DEFAULT_RESTART_S);
+    let mtbf = match (per_gpu, job) {
+        (Some(s), None) => Mtbf::PerGpu(s),
+        (None, Some(s)) => Mtbf::Job(s),
+        (Some(_), Some(_)) => {
+            let at = r.get("mtbf").map_or(value.span, |v| v.span);
+            r.problems.push(
+                Problem::new(at, "`failures` gives both `mtbf_per_gpu` and `mtbf`")
+                    .with_help("keep one: `mtbf` is the whole job's, `mtbf_per_gpu` one GPU's"),
+            );
+            return None;
+        }
+        (None, None) => {
+            if !r.has("mtbf_per_gpu") && !r.has("mtbf") {
+                r.missing("mtbf_per_gpu", "50000 h");
+            }
+            return None;
+        }
+    };
+    Some(FailureSpec {
+        mtbf,
+        restart_s,
+        checkpoint_to: to,
+        disk_bandwidth,
+    })
 }

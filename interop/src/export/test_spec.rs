@@ -63,6 +63,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             fused_cross_entropy: None,
             compile: false,
             overlap: None,
+            failures: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

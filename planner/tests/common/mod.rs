@@ -131,6 +131,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             fused_cross_entropy: None,
             compile: false,
             overlap: None,
+            failures: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -207,6 +207,8 @@ fn train<B: Backend>(
             steps: options.steps as usize,
             resume: None,
             checkpoint_to: None,
+            snapshot_every: None,
+            fail_at: None,
             adam: options.adam,
             collect_parameters: options.collect_parameters,
             start: Instant::now(),

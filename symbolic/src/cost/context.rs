@@ -3,7 +3,7 @@
 //! (indicators, GEMM time, memory-bound time, ring collectives).
 
 use tessel_grammar::{
-    Fp8Scaling, Framework, MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec,
+    Fp8Scaling, Framework, MlpKind, NormKind, Optimizer, PositionKind, Precision, Spec, TrainSpec,
 };
 
 use std::cell::RefCell;
@@ -67,6 +67,41 @@ pub(crate) struct StateBytes {
     pub activation: f64,
     /// HBM bytes the optimizer step touches per local parameter.
     pub optimizer_step: f64,
+}
+
+impl StateBytes {
+    /// The bytes of each state under `train`'s precision and optimizer.
+    pub fn of(train: &TrainSpec, cal: &Calibration) -> StateBytes {
+        let half = match train.precision {
+            Precision::Fp32 => false,
+            Precision::Bf16 | Precision::Fp16 | Precision::Fp8 => true,
+        };
+        let moments = match train.optimizer {
+            Optimizer::Adam => 8.0,
+            Optimizer::Sgd => 4.0,
+        };
+        StateBytes {
+            weight: if half { 2.0 } else { 4.0 },
+            gradient: if train.precision == Precision::Fp16 {
+                2.0
+            } else {
+                4.0
+            },
+            master: if half { 4.0 } else { 0.0 },
+            moments,
+            activation: if half { 2.0 } else { 4.0 },
+            optimizer_step: match train.optimizer {
+                Optimizer::Adam => cal.adam_bytes_per_param,
+                Optimizer::Sgd => cal.sgd_bytes_per_param,
+            },
+        }
+    }
+
+    /// What a checkpoint keeps of each parameter: the fp32 master (the weight itself when
+    /// training in fp32) and the optimizer's moments.
+    pub fn checkpointed(&self) -> f64 {
+        self.master.max(self.weight) + self.moments
+    }
 }
 
 pub(crate) struct Ctx {
@@ -154,29 +189,7 @@ impl Ctx {
         let train = &spec.train;
         let cluster = &spec.cluster;
         let sym = |slot: Slot| Expr::Sym(slot.symbol());
-        let half = match train.precision {
-            Precision::Fp32 => false,
-            Precision::Bf16 | Precision::Fp16 | Precision::Fp8 => true,
-        };
-        let moments = match train.optimizer {
-            Optimizer::Adam => 8.0,
-            Optimizer::Sgd => 4.0,
-        };
-        let bytes = StateBytes {
-            weight: if half { 2.0 } else { 4.0 },
-            gradient: if train.precision == Precision::Fp16 {
-                2.0
-            } else {
-                4.0
-            },
-            master: if half { 4.0 } else { 0.0 },
-            moments,
-            activation: if half { 2.0 } else { 4.0 },
-            optimizer_step: match train.optimizer {
-                Optimizer::Adam => cal.adam_bytes_per_param,
-                Optimizer::Sgd => cal.sgd_bytes_per_param,
-            },
-        };
+        let bytes = StateBytes::of(train, &cal);
         let peak = &cluster.gpu.peak;
         let matmul_peak = match train.precision {
             Precision::Fp32 => peak.tf32.max(peak.fp32),

@@ -16,6 +16,7 @@ mod stage_exprs;
 mod types;
 
 pub use calibration::{Calibration, ComputeParams, GpuGeneration, KernelEfficiency};
+pub(crate) use context::StateBytes;
 pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};

@@ -505,6 +505,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         // torchtitan names its torch.compile runs.
         compile: lower_model.contains("compile") || lower_notes.contains("compile"),
         overlap: overlap_of(source),
+        failures: None,
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {
