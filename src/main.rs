@@ -27,6 +27,8 @@ enum Cli {
     Report(cli::report::Args),
     /// Fit the cost model's primitives to measurements from your cluster (nccl-tests output).
     Calibrate(cli::calibrate::Args),
+    /// The best plan for the job's new resources, the cost of moving its shards there counted.
+    Replan(cli::replan::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,5 +46,6 @@ fn main() -> ExitCode {
         Cli::Launch(args) => cli::launch::run(&args),
         Cli::Report(args) => cli::report::run(&args),
         Cli::Calibrate(args) => cli::calibrate::run(&args),
+        Cli::Replan(args) => cli::replan::run(&args),
     }
 }

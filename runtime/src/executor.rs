@@ -14,9 +14,7 @@ use crate::memory::{MemoryCategory, MemoryPeaks, MemoryTracker};
 use crate::mesh::{Coords, GroupKind, Mesh};
 use crate::model::block::{self, BlockCtx, Keep};
 use crate::model::embedding::{self, EmbedCtx, HeadCtx};
-use crate::model::layout::{
-    embedding_group, head_group, layer_groups, GroupSpec, ParamSpec, ShardCoords,
-};
+use crate::model::layout::{rank_groups, GroupSpec, ParamSpec};
 use crate::model::{Env, Grads, Values};
 use crate::plan::ExecutionPlan;
 use crate::trace::{CollectiveRecord, MatmulRecord, TraceEvent};
@@ -57,6 +55,8 @@ pub struct RankOutput {
     pub events: Vec<TraceEvent>,
     /// The matmuls the backend timed, by shape.
     pub matmuls: Vec<MatmulRecord>,
+    /// Elements read from each rank of the checkpoint resumed, by that rank.
+    pub resumed_from: BTreeMap<u64, u64>,
     /// Local parameter shards after the last step (when asked for).
     pub parameters: Vec<(ParamSpec, Vec<f32>)>,
 }
@@ -102,6 +102,8 @@ struct Rank<'a, B: Backend> {
     loss: f64,
     step: usize,
     opt_step: u64,
+    /// Elements read from each rank of the checkpoint resumed.
+    resumed_from: BTreeMap<u64, u64>,
 }
 
 pub fn run_rank<B: Backend>(
@@ -158,8 +160,15 @@ pub fn run_rank<B: Backend>(
         peaks,
         events: r.events,
         matmuls: b.timed_matmuls(),
+        resumed_from: std::mem::take(&mut r.resumed_from),
         parameters,
     })
+}
+
+fn add_sources(total: &mut BTreeMap<u64, u64>, more: BTreeMap<u64, u64>) {
+    for (rank, elements) in more {
+        *total.entry(rank).or_insert(0) += elements;
+    }
 }
 
 fn keep_for(recompute: Recompute, position_in_stage: usize) -> Keep {
@@ -197,23 +206,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             offload.optimizer,
             offload.activations,
         ]);
-        let shard = ShardCoords {
-            tp: plan.tp,
-            tp_index: coords.tp,
-            ep: plan.ep,
-            ep_index: coords.ep,
-        };
-        let vs_last = plan.pp * plan.interleave - 1;
-        let mut specs = Vec::new();
-        if coords.pp == 0 {
-            specs.push(embedding_group(model, plan.seq_len, shard));
-        }
-        for layer in plan.stage_layers(coords.pp) {
-            specs.extend(layer_groups(model, layer, shard));
-        }
-        if coords.pp == vs_last % plan.pp {
-            specs.push(head_group(model, coords.pp == 0, shard));
-        }
+        let specs = rank_groups(model, plan, coords);
         let mut r = Rank {
             b,
             rank,
@@ -234,6 +227,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             loss: 0.0,
             step: 0,
             opt_step: setup.resume.map_or(0, |c| c.manifest.step),
+            resumed_from: BTreeMap::new(),
         };
         for spec in specs {
             r.add_group(spec)?;
@@ -252,7 +246,11 @@ impl<'a, B: Backend> Rank<'a, B> {
         for p in &spec.params {
             let (rows, cols) = p.local_shape();
             let data = match resume {
-                Some(checkpoint) => checkpoint.block(p, StateKind::Param)?,
+                Some(checkpoint) => {
+                    let (data, sources) = checkpoint.block_with_sources(p, StateKind::Param)?;
+                    add_sources(&mut self.resumed_from, sources);
+                    data
+                }
                 None => init_block(seed, &p.name, p.cols, p.row_range(), p.col_range(), p.init),
             };
             self.values
@@ -268,18 +266,22 @@ impl<'a, B: Backend> Rank<'a, B> {
             (padded, 0)
         };
         // Adam's moments: zero, or this rank's part of the group's flat buffer of them.
-        let moment = |state: StateKind| -> Result<B::Tensor, RuntimeError> {
+        let mut sources = BTreeMap::new();
+        let mut moment = |state: StateKind| -> Result<B::Tensor, RuntimeError> {
             let Some(checkpoint) = resume else {
                 return Ok(b.zeros(owned, 1));
             };
             let mut flat = Vec::with_capacity(padded);
             for p in &spec.params {
-                flat.extend(checkpoint.block(p, state)?);
+                let (data, from) = checkpoint.block_with_sources(p, state)?;
+                add_sources(&mut sources, from);
+                flat.extend(data);
             }
             flat.resize(padded, 0.0);
             Ok(b.tensor(flat[first..first + owned].to_vec(), owned, 1))
         };
         let (adam_m, adam_v) = (moment(StateKind::AdamM)?, moment(StateKind::AdamV)?);
+        add_sources(&mut self.resumed_from, sources);
         let mut state = GroupState {
             spec,
             len,

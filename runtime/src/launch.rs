@@ -3,7 +3,7 @@
 use crate::backend::cpu::CpuBackend;
 use crate::backend::shared_memory::World;
 use crate::backend::AdamParams;
-use crate::checkpoint::{Checkpoint, InjectedFailure};
+use crate::checkpoint::{Checkpoint, InjectedFailure, ReshardSource};
 use crate::data::{DataSource, TokenStream};
 use crate::error::RuntimeError;
 use crate::executor::{run_rank, RankOutput, RunSetup};
@@ -88,6 +88,8 @@ pub struct LaunchReport {
     pub parameters: Option<BTreeMap<String, Vec<f32>>>,
     /// Optimizer steps taken before this run's first (those of the checkpoint it resumed).
     pub first_step: u64,
+    /// What each rank read from each rank of the checkpoint it resumed.
+    pub resharded: Vec<ReshardSource>,
 }
 
 /// Checks that the model can be built at all.
@@ -307,7 +309,20 @@ fn report(
         run.insert("matmuls".into(), serde_json::Value::Array(matmuls));
         write_trace(path, &events, run)?;
     }
+    let resharded = outputs
+        .iter()
+        .flat_map(|o| {
+            o.resumed_from
+                .iter()
+                .map(|(&from, &elements)| ReshardSource {
+                    from,
+                    to: o.rank as u64,
+                    elements,
+                })
+        })
+        .collect();
     Ok(LaunchReport {
+        resharded,
         losses: outputs[0].losses.clone(),
         step_time_s,
         tokens_per_s: if total > 0.0 { tokens / total } else { 0.0 },

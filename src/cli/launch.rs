@@ -506,6 +506,11 @@ fn report_json(scaled: &ScaledPlan, report: &LaunchReport, predicted: &[Predicte
         "global_batch": e.global_batch(),
         "world_size": e.world_size(),
         "first_step": report.first_step,
+        "resharded": report.resharded.iter().map(|r| json!({
+            "from": r.from,
+            "to": r.to,
+            "elements": r.elements,
+        })).collect::<Vec<_>>(),
         "losses": report.losses,
         "step_time_s": report.step_time_s,
         "tokens_per_s": report.tokens_per_s,

@@ -8,6 +8,7 @@ pub mod export;
 pub mod import;
 pub mod launch;
 pub mod plan;
+pub mod replan;
 pub mod report;
 
 use std::path::Path;
@@ -17,6 +18,9 @@ use tessel_grammar::{Diagnostics, Spec};
 
 /// The user's input is wrong (a diagnostic was printed).
 pub const EXIT_BAD_INPUT: u8 = 1;
+
+/// No plan fits the job (the explanation says what is short).
+pub const EXIT_NO_FIT: u8 = 2;
 
 /// `diff` or `plan --check` found a regression or a stale plan.
 pub const EXIT_REGRESSION: u8 = 3;

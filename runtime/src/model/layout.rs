@@ -352,3 +352,30 @@ pub fn head_weight_name(model: &ModelSpec) -> &'static str {
         "head.weight"
     }
 }
+
+/// The parameter groups rank `coords` of `plan` holds: the embedding on the first stage, its
+/// stage's layers, the head on the stage of the last virtual stage.
+pub fn rank_groups(
+    model: &ModelSpec,
+    plan: &crate::plan::ExecutionPlan,
+    coords: crate::mesh::Coords,
+) -> Vec<GroupSpec> {
+    let shard = ShardCoords {
+        tp: plan.tp,
+        tp_index: coords.tp,
+        ep: plan.ep,
+        ep_index: coords.ep,
+    };
+    let vs_last = plan.pp * plan.interleave - 1;
+    let mut specs = Vec::new();
+    if coords.pp == 0 {
+        specs.push(embedding_group(model, plan.seq_len, shard));
+    }
+    for layer in plan.stage_layers(coords.pp) {
+        specs.extend(layer_groups(model, layer, shard));
+    }
+    if coords.pp == vs_last % plan.pp {
+        specs.push(head_group(model, coords.pp == 0, shard));
+    }
+    specs
+}

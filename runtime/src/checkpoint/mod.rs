@@ -11,6 +11,10 @@
 //! plan reads each rectangle it needs from the pieces that overlap it, so any split of the same
 //! model reads any other.
 
+mod reshard;
+
+pub use reshard::{reshard_sources, ReshardSource};
+
 use crate::error::RuntimeError;
 use crate::model::layout::ParamSpec;
 use serde::{Deserialize, Serialize};
@@ -73,6 +77,8 @@ impl StateKind {
 pub struct ShardRecord {
     /// The parameter's global name (the same under every plan).
     pub name: String,
+    /// The rank that wrote it.
+    pub rank: u64,
     pub state: StateKind,
     /// Rows and columns of the whole tensor.
     pub global_shape: [u64; 2],
@@ -137,6 +143,7 @@ pub fn write_rank(
         let ((r0, r1), (c0, c1)) = (p.row_range(), p.col_range());
         records.push(ShardRecord {
             name: p.name.clone(),
+            rank: rank as u64,
             state: piece.state,
             global_shape: [p.rows, p.cols],
             offsets: [r0, c0],
@@ -200,7 +207,7 @@ pub fn write_manifest(
     mut shards: Vec<ShardRecord>,
 ) -> Result<(), RuntimeError> {
     shards.sort_by(|a, b| {
-        (&a.name, a.state, a.offsets, &a.file).cmp(&(&b.name, b.state, b.offsets, &b.file))
+        (&a.name, a.state, a.offsets, a.rank).cmp(&(&b.name, b.state, b.offsets, b.rank))
     });
     let manifest = Manifest {
         format: CHECKPOINT_FORMAT.to_string(),
@@ -320,6 +327,17 @@ impl Checkpoint {
     /// overlap it; an error when the checkpoint lacks the parameter, holds it at another
     /// shape, or does not cover the rectangle.
     pub fn block(&self, p: &ParamSpec, state: StateKind) -> Result<Vec<f32>, RuntimeError> {
+        self.block_with_sources(p, state).map(|(data, _)| data)
+    }
+
+    /// [`Self::block`] and how many of its elements came from each writing rank. Of pieces
+    /// with the same rectangle (replicated key/value heads, a tied embedding's copy) the
+    /// lowest rank's is read, as [`reshard_sources`] counts.
+    pub fn block_with_sources(
+        &self,
+        p: &ParamSpec,
+        state: StateKind,
+    ) -> Result<(Vec<f32>, BTreeMap<u64, u64>), RuntimeError> {
         let missing = |why: String| RuntimeError::Checkpoint {
             reason: format!("{}: {why}", self.dir.display()),
         };
@@ -331,8 +349,14 @@ impl Checkpoint {
         let width = (c1 - c0) as usize;
         let mut out = vec![0.0f32; (r1 - r0) as usize * width];
         let mut covered = vec![false; out.len()];
+        let mut sources = BTreeMap::new();
+        let mut seen = Vec::new();
         for &i in pieces {
             let s = &self.manifest.shards[i];
+            if seen.contains(&(s.offsets, s.shape)) {
+                continue;
+            }
+            seen.push((s.offsets, s.shape));
             if s.global_shape != [p.rows, p.cols] {
                 return Err(missing(format!(
                     "`{}` is {}×{} there, {}×{} in this model",
@@ -343,9 +367,10 @@ impl Checkpoint {
             let base = (s.byte_offset / 4) as usize;
             let rows = r0.max(s.offsets[0])..r1.min(s.offsets[0] + s.shape[0]);
             let (lo, hi) = (c0.max(s.offsets[1]), c1.min(s.offsets[1] + s.shape[1]));
-            if hi <= lo {
+            if hi <= lo || rows.is_empty() {
                 continue;
             }
+            *sources.entry(s.rank).or_insert(0) += (rows.end - rows.start) * (hi - lo);
             for r in rows {
                 let src = base + ((r - s.offsets[0]) * s.shape[1] + (lo - s.offsets[1])) as usize;
                 let dst = (r - r0) as usize * width + (lo - c0) as usize;
@@ -355,7 +380,7 @@ impl Checkpoint {
             }
         }
         if covered.iter().all(|&c| c) {
-            Ok(out)
+            Ok((out, sources))
         } else {
             Err(missing(format!(
                 "its pieces of `{}` ({}) do not cover rows {r0}–{r1}, columns {c0}–{c1}",

@@ -1,0 +1,300 @@
+//! `tessel replan PLAN (--gpus N | --nodes N | --remove-nodes K) [--remaining-steps S] [-o FILE]
+//! [--format table|json]`: the best plan for the job's new resources, the cost of moving there
+//! counted. Two candidates: the plan the search finds for the new cluster, and the current
+//! shape with as many data-parallel replicas as fit (the least to move). Each is charged the
+//! time to move every rank's shards to where the new plan needs them (the resharding map the
+//! runtime's checkpoints follow, `tessel_runtime::checkpoint::reshard_sources`, over the new
+//! cluster's links) plus its predicted step time over the remaining steps; the cheaper wins.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::json;
+use tessel_planner::{plan_fixed, Objective, Plan};
+use tessel_runtime::checkpoint::{reshard_sources, ReshardSource};
+use tessel_runtime::ExecutionPlan;
+use tessel_symbolic::cost::CostModel;
+
+use super::diff::read_plan;
+use super::{ClusterArgs, EXIT_BAD_INPUT, EXIT_NO_FIT};
+
+/// Bytes of one element of a checkpointed state (the runtime's f32 parameters and moments;
+/// 12 bytes a parameter in all, as a bf16 job's fp32 master and Adam moments).
+const BYTES_PER_ELEMENT: f64 = 4.0;
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The current plan file.
+    pub plan: PathBuf,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Nodes taken away (the last ones).
+    #[arg(long, conflicts_with_all = ["gpus", "nodes"])]
+    pub remove_nodes: Option<u64>,
+    /// Optimizer steps left to train: what a faster plan saves is its gain over these.
+    #[arg(long, default_value_t = 1000)]
+    pub remaining_steps: u64,
+    /// Write the chosen plan here.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: Format,
+}
+
+/// One way to continue: a plan and what moving to it costs.
+struct Candidate {
+    label: &'static str,
+    plan: Plan,
+    sources: Vec<ReshardSource>,
+    moved_bytes: f64,
+    transfer_s: f64,
+}
+
+impl Candidate {
+    fn total_s(&self, steps: u64) -> f64 {
+        self.transfer_s + steps as f64 * self.plan.prediction.step_time_s
+    }
+}
+
+fn bad_input(message: String) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let current = match read_plan(&args.plan) {
+        Ok(plan) => plan,
+        Err(code) => return code,
+    };
+    let mut spec = current.spec.clone();
+    let resize = match args.remove_nodes {
+        Some(k) if k >= spec.cluster.nodes => {
+            return bad_input(format!(
+                "--remove-nodes {k} leaves nothing of {}'s {} nodes",
+                spec.cluster.name, spec.cluster.nodes
+            ))
+        }
+        Some(k) => ClusterArgs {
+            gpus: None,
+            nodes: Some(spec.cluster.nodes - k),
+        },
+        None if args.cluster.gpus.is_none() && args.cluster.nodes.is_none() => {
+            return bad_input("say what changed: --gpus N, --nodes N or --remove-nodes K".into())
+        }
+        None => ClusterArgs {
+            gpus: args.cluster.gpus,
+            nodes: args.cluster.nodes,
+        },
+    };
+    if let Err(message) = resize.apply(&mut spec) {
+        return bad_input(message);
+    }
+    let model = match CostModel::new(&spec) {
+        Ok(model) => model,
+        Err(error) => return bad_input(error.to_string()),
+    };
+    let old = match ExecutionPlan::from_plan(&current) {
+        Ok(old) => old,
+        Err(error) => return bad_input(format!("`{}`: {error}", args.plan.display())),
+    };
+    let mut candidates = Vec::new();
+    let mut refused = Vec::new();
+    match super::plan::search(&spec, &model, None, Objective::Pessimistic, false) {
+        Ok(plan) => candidates.push(("searched best", plan)),
+        Err(error) => refused.push(format!("searched best: {error}")),
+    }
+    let mut same_shape = current.strategy();
+    let per_replica = same_shape.tp * same_shape.pp * same_shape.cp;
+    same_shape.dp = spec.cluster.total_gpus() / per_replica.max(1);
+    same_shape.name = "same_shape".into();
+    match plan_fixed(&spec, &model, &same_shape) {
+        Ok(plan) if same_shape.dp >= 1 && plan.prediction.fits => {
+            candidates.push(("current shape, fewer replicas", plan))
+        }
+        Ok(_) => refused.push("current shape, fewer replicas: does not fit".into()),
+        Err(error) => refused.push(format!("current shape, fewer replicas: {error}")),
+    }
+    if candidates.is_empty() {
+        eprintln!(
+            "error: no plan runs on the new cluster: {}",
+            refused.join("; ")
+        );
+        return ExitCode::from(EXIT_NO_FIT);
+    }
+    let mut costed: Vec<Candidate> = Vec::new();
+    for (label, plan) in candidates {
+        let new = match ExecutionPlan::from_plan(&plan) {
+            Ok(new) => new,
+            Err(error) => return bad_input(format!("{label}: {error}")),
+        };
+        let sources = reshard_sources(&spec.model, &old, &new);
+        let (moved_bytes, transfer_s) = transfer(&sources, &spec);
+        costed.push(Candidate {
+            label,
+            plan,
+            sources,
+            moved_bytes,
+            transfer_s,
+        });
+    }
+    let steps = args.remaining_steps;
+    let chosen = (0..costed.len())
+        .min_by(|&a, &b| {
+            costed[a]
+                .total_s(steps)
+                .total_cmp(&costed[b].total_s(steps))
+        })
+        .unwrap_or(0);
+    if let Some(path) = &args.output {
+        let text = costed[chosen].plan.to_json();
+        if let Err(error) = std::fs::write(path, text) {
+            return bad_input(format!("cannot write `{}`: {error}", path.display()));
+        }
+    }
+    match args.format {
+        Format::Table => print_table(&current, &costed, chosen, steps, &refused),
+        Format::Json => print_json(&costed, chosen, steps, &refused),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Bytes that change rank, and the time to move them: over NVLink between ranks of one node
+/// and over the network otherwise (a rank of a removed node included, its shards read from
+/// where the checkpoint is), every rank sending and receiving at once, the busiest one's
+/// sends or receives taking longest.
+fn transfer(sources: &[ReshardSource], spec: &tessel_grammar::Spec) -> (f64, f64) {
+    let c = &spec.cluster;
+    let per_node = c.gpus_per_node.max(1);
+    let mut received: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut sent: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut moved = 0.0;
+    for s in sources.iter().filter(|s| s.from != s.to) {
+        let bytes = s.elements as f64 * BYTES_PER_ELEMENT;
+        moved += bytes;
+        let link = if s.from / per_node == s.to / per_node {
+            &c.intra_node
+        } else {
+            &c.inter_node
+        };
+        *received.entry(s.to).or_default() += bytes / link.bandwidth;
+        *sent.entry(s.from).or_default() += bytes / link.bandwidth;
+    }
+    let busiest = received
+        .values()
+        .chain(sent.values())
+        .fold(0.0, |a, &b| f64::max(a, b));
+    (moved, busiest)
+}
+
+fn gb(bytes: f64) -> String {
+    format!("{:.2} GB", bytes / 1e9)
+}
+
+fn print_table(
+    current: &Plan,
+    costed: &[Candidate],
+    chosen: usize,
+    steps: u64,
+    refused: &[String],
+) {
+    let new = &costed[chosen].plan;
+    println!(
+        "replan {} from {} to {} GPUs, {steps} steps left",
+        current.model, current.gpus, new.gpus
+    );
+    println!(
+        "  current      {}   {:.3} s/step",
+        tessel_planner::describe_strategy(&current.strategy()),
+        current.prediction.step_time_s
+    );
+    for (i, c) in costed.iter().enumerate() {
+        println!(
+            "  {} {:<30} {}   {:.3} s/step; moves {} in {}; {steps} steps in {:.1} h",
+            if i == chosen { "*" } else { " " },
+            c.label,
+            tessel_planner::describe_strategy(&c.plan.strategy()),
+            c.plan.prediction.step_time_s,
+            gb(c.moved_bytes),
+            super::duration(c.transfer_s),
+            c.total_s(steps) / 3600.0
+        );
+    }
+    for why in refused {
+        println!("    not a candidate: {why}");
+    }
+    let sources = &costed[chosen].sources;
+    println!("\nresharding map (new rank ← old rank), largest moves first:");
+    let mut moves: Vec<&ReshardSource> = sources.iter().filter(|s| s.from != s.to).collect();
+    moves.sort_by(|a, b| {
+        b.elements
+            .cmp(&a.elements)
+            .then((a.to, a.from).cmp(&(b.to, b.from)))
+    });
+    for s in moves.iter().take(20) {
+        println!(
+            "  {:>5} ← {:<5} {}",
+            s.to,
+            s.from,
+            gb(s.elements as f64 * BYTES_PER_ELEMENT)
+        );
+    }
+    if moves.len() > 20 {
+        println!(
+            "  … {} more (--format json lists them all)",
+            moves.len() - 20
+        );
+    }
+    let kept: u64 = sources
+        .iter()
+        .filter(|s| s.from == s.to)
+        .map(|s| s.elements)
+        .sum();
+    println!(
+        "  kept where they are: {}",
+        gb(kept as f64 * BYTES_PER_ELEMENT)
+    );
+}
+
+fn print_json(costed: &[Candidate], chosen: usize, steps: u64, refused: &[String]) {
+    let candidates: Vec<serde_json::Value> = costed
+        .iter()
+        .map(|c| {
+            json!({
+                "label": c.label,
+                "strategy": tessel_planner::describe_strategy(&c.plan.strategy()),
+                "gpus": c.plan.gpus,
+                "step_time_s": c.plan.prediction.step_time_s,
+                "moved_bytes": c.moved_bytes,
+                "transfer_s": c.transfer_s,
+                "total_s": c.total_s(steps),
+            })
+        })
+        .collect();
+    let map: Vec<serde_json::Value> = costed[chosen]
+        .sources
+        .iter()
+        .map(|s| {
+            json!({
+                "from": s.from,
+                "to": s.to,
+                "elements": s.elements,
+                "bytes": s.elements as f64 * BYTES_PER_ELEMENT,
+            })
+        })
+        .collect();
+    let out = json!({
+        "remaining_steps": steps,
+        "chosen": chosen,
+        "candidates": candidates,
+        "not_candidates": refused,
+        "resharding": map,
+    });
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+}

@@ -1,0 +1,166 @@
+//! `tessel replan` through the binary: the plan for fewer GPUs, chosen with the cost of moving
+//! counted, and its resharding map against what the runtime actually reads when it resumes a
+//! checkpoint of the old plan under the new one.
+
+mod common;
+
+use common::{stdout, tessel};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// `tests/launch/dense8.tsl` on `nodes` nodes of 8, written into `dir`.
+fn dense8_on(dir: &Path, nodes: u64) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("tests/launch/dense8.tsl"))
+        .unwrap()
+        .replace(
+            "../../specs/clusters",
+            root.join("specs/clusters").to_str().unwrap(),
+        )
+        .replace("cluster      = dgx_h100", "cluster      = two")
+        .replace(
+            "\ntrain {",
+            &format!("\ncluster two extends dgx_h100 {{ nodes = {nodes} }}\n\ntrain {{"),
+        );
+    let spec = dir.join("dense8.tsl");
+    std::fs::write(&spec, text).unwrap();
+    spec
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The resharding map `replan` prints, and what the runtime read resuming under its plan.
+fn map_against_runtime(spec: &Path, degrees: &[&str], change: &[&str]) {
+    let dir = spec.parent().unwrap();
+    let (old, new) = (dir.join("old.json"), dir.join("new.json"));
+    let mut args = vec!["plan", path(spec), "-o", path(&old)];
+    args.extend_from_slice(degrees);
+    stdout(&tessel(&args));
+    let mut args = vec!["replan", path(&old), "--format", "json", "-o", path(&new)];
+    args.extend_from_slice(change);
+    let replanned: serde_json::Value = serde_json::from_str(&stdout(&tessel(&args))).unwrap();
+    let map: BTreeSet<(u64, u64, u64)> = replanned["resharding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let n = |k: &str| m[k].as_u64().unwrap();
+            (n("from"), n("to"), n("elements"))
+        })
+        .collect();
+    assert!(!map.is_empty());
+
+    let checkpoint = dir.join("checkpoint");
+    let launch = |plan: &Path, extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "launch",
+            path(plan),
+            "--backend",
+            "cpu",
+            "--scale",
+            "1",
+            "--steps",
+            "1",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&stdout(&tessel(&args))).unwrap()
+    };
+    launch(&old, &["--save", path(&checkpoint)]);
+    let resumed = launch(&new, &["--resume", path(&checkpoint)]);
+    let read: BTreeSet<(u64, u64, u64)> = resumed["resharded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let n = |k: &str| m[k].as_u64().unwrap();
+            (n("from"), n("to"), n("elements"))
+        })
+        .collect();
+    assert_eq!(map, read);
+}
+
+#[test]
+fn removing_a_node_moves_what_the_runtime_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on(dir.path(), 2);
+    map_against_runtime(
+        &spec,
+        &["--tp", "2", "--pp", "2", "--dp", "4"],
+        &["--remove-nodes", "1"],
+    );
+}
+
+#[test]
+fn halving_the_gpus_moves_what_the_runtime_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on(dir.path(), 1);
+    map_against_runtime(
+        &spec,
+        &["--dp", "4", "--tp", "2", "--zero", "1"],
+        &["--gpus", "4"],
+    );
+}
+
+#[test]
+fn with_no_steps_left_the_smaller_move_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on(dir.path(), 2);
+    let old = dir.path().join("old.json");
+    stdout(&tessel(&[
+        "plan",
+        path(&spec),
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--dp",
+        "4",
+        "-o",
+        path(&old),
+    ]));
+    let replan = |steps: &str| -> serde_json::Value {
+        let args = [
+            "replan",
+            path(&old),
+            "--remove-nodes",
+            "1",
+            "--remaining-steps",
+            steps,
+            "--format",
+            "json",
+        ];
+        serde_json::from_str(&stdout(&tessel(&args))).unwrap()
+    };
+    let none_left = replan("0");
+    let candidates = none_left["candidates"].as_array().unwrap();
+    let chosen = &candidates[none_left["chosen"].as_u64().unwrap() as usize];
+    let least = candidates
+        .iter()
+        .map(|c| c["transfer_s"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(chosen["transfer_s"].as_f64().unwrap(), least, "{none_left}");
+    // With many steps left the faster plan wins whatever it moves.
+    let many = replan("1000000");
+    let candidates = many["candidates"].as_array().unwrap();
+    let chosen = &candidates[many["chosen"].as_u64().unwrap() as usize];
+    let fastest = candidates
+        .iter()
+        .map(|c| c["step_time_s"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(chosen["step_time_s"].as_f64().unwrap(), fastest, "{many}");
+}
+
+#[test]
+fn nothing_left_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on(dir.path(), 2);
+    let old = dir.path().join("old.json");
+    stdout(&tessel(&["plan", path(&spec), "-o", path(&old)]));
+    let out = tessel(&["replan", path(&old), "--remove-nodes", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leaves nothing"));
+}
