@@ -161,9 +161,12 @@ fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<Regim
                 "4, ".repeat(30)
             ),
         ),
+        // MegaScale-MoE's Table 2 gives `m = 4` for this model, which its Table 1 defines as
+        // query heads over key/value heads: 32 heads share 8 key/value heads.
         "moe_h800" => (
             format!(
-                "layers = {layers}; hidden = {hidden}; heads = {heads}; ffn_hidden = 14336\n  vocab = 65536; mlp = swiglu; norm = rmsnorm\n  moe = {{ experts = 32, top_k = 3, expert_ffn_hidden = 14336 }}"
+                "layers = {layers}; hidden = {hidden}; heads = {heads}; kv_heads = {}; ffn_hidden = 14336\n  vocab = 65536; mlp = swiglu; norm = rmsnorm\n  moe = {{ experts = 32, top_k = 3, expert_ffn_hidden = 14336 }}",
+                heads / 4
             ),
             "precision = bf16".to_string(),
             "recompute = selective; sequence_parallel = true; zero = 1; ep = 1".to_string(),
