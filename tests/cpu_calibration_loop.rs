@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{stdout, tessel};
+use common::{launch_cpu, stdout, tessel};
 use std::path::Path;
 
 /// Steps each run trains; the first (which allocates) is left out of the median.
@@ -89,23 +89,11 @@ fn plan(spec: &Path, strategy: &[&str], out: &Path) -> f64 {
 /// Trains the plan at full size (`--scale 1`) and returns the median step time after the
 /// first step.
 fn launch(plan: &Path, trace: Option<&Path>) -> f64 {
-    let mut args = vec![
-        "launch",
-        path(plan),
-        "--backend",
-        "cpu",
-        "--scale",
-        "1",
-        "--steps",
-        STEPS,
-        "--format",
-        "json",
-    ];
-    if let Some(trace) = trace {
-        args.extend_from_slice(&["--trace", path(trace)]);
-    }
-    let report: serde_json::Value =
-        serde_json::from_str(&stdout(&tessel(&args))).expect("launch prints JSON");
+    let extra = match trace {
+        Some(trace) => vec!["--trace", path(trace)],
+        None => Vec::new(),
+    };
+    let report = launch_cpu(plan, STEPS, &extra);
     let mut times: Vec<f64> = report["step_time_s"]
         .as_array()
         .expect("step times")

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{stdout, tessel};
+use common::{launch_cpu, stdout, tessel};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -53,24 +53,8 @@ fn map_against_runtime(spec: &Path, degrees: &[&str], change: &[&str]) {
     assert!(!map.is_empty());
 
     let checkpoint = dir.join("checkpoint");
-    let launch = |plan: &Path, extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            "launch",
-            path(plan),
-            "--backend",
-            "cpu",
-            "--scale",
-            "1",
-            "--steps",
-            "1",
-            "--format",
-            "json",
-        ];
-        args.extend_from_slice(extra);
-        serde_json::from_str(&stdout(&tessel(&args))).unwrap()
-    };
-    launch(&old, &["--save", path(&checkpoint)]);
-    let resumed = launch(&new, &["--resume", path(&checkpoint)]);
+    launch_cpu(&old, "1", &["--save", path(&checkpoint)]);
+    let resumed = launch_cpu(&new, "1", &["--resume", path(&checkpoint)]);
     let read: BTreeSet<(u64, u64, u64)> = resumed["resharded"]
         .as_array()
         .unwrap()

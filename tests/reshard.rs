@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{stdout, tessel};
+use common::{launch_cpu, stdout, tessel};
 use std::path::{Path, PathBuf};
 
 /// `tests/launch/NAME` planned with `degrees` (`--gpus` among them) into `dir/label.json`.
@@ -20,21 +20,7 @@ fn plan(dir: &Path, spec: &str, label: &str, degrees: &[&str]) -> PathBuf {
 
 /// The losses of `steps` steps of `plan` at full size, with `extra` flags.
 fn losses(plan: &Path, steps: &str, extra: &[&str]) -> Vec<f64> {
-    let mut args = vec![
-        "launch",
-        plan.to_str().unwrap(),
-        "--backend",
-        "cpu",
-        "--scale",
-        "1",
-        "--steps",
-        steps,
-        "--format",
-        "json",
-    ];
-    args.extend_from_slice(extra);
-    let report: serde_json::Value = serde_json::from_str(&stdout(&tessel(&args))).unwrap();
-    report["losses"]
+    launch_cpu(plan, steps, extra)["losses"]
         .as_array()
         .unwrap()
         .iter()

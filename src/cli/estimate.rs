@@ -9,13 +9,8 @@ use tessel_symbolic::cost::{
     render_estimate_json, render_estimate_table, CostModel, StrategyOverrides,
 };
 
+use super::TableOrJson as Format;
 use super::EXIT_BAD_INPUT;
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 /// The strategy keys a command line may override.
 #[derive(clap::Args)]

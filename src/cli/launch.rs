@@ -20,6 +20,7 @@ use tessel_runtime::{
 };
 use tessel_symbolic::cost::CostModel;
 
+use super::TableOrJson as Format;
 use super::{bytes, count, grouped, EXIT_BAD_INPUT};
 
 /// A rank failed while training (the message names the rank and why).
@@ -41,12 +42,6 @@ const WORKER_VAR: &str = "TESSEL_WORKER";
 
 /// `RANK:STEP`: that rank fails as that step starts, to test recovery from snapshots.
 const FAILURE_VAR: &str = "TESSEL_INJECT_FAILURE";
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(clap::Args)]
 pub struct Args {

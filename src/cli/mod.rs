@@ -19,6 +19,13 @@ use tessel_grammar::{Diagnostics, Spec};
 /// The user's input is wrong (a diagnostic was printed).
 pub const EXIT_BAD_INPUT: u8 = 1;
 
+/// A human table or JSON, for the commands that print either.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TableOrJson {
+    Table,
+    Json,
+}
+
 /// No plan fits the job (the explanation says what is short).
 pub const EXIT_NO_FIT: u8 = 2;
 

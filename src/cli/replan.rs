@@ -17,17 +17,12 @@ use tessel_runtime::ExecutionPlan;
 use tessel_symbolic::cost::CostModel;
 
 use super::diff::read_plan;
+use super::TableOrJson as Format;
 use super::{ClusterArgs, EXIT_BAD_INPUT, EXIT_NO_FIT};
 
 /// Bytes of one element of a checkpointed state (the runtime's f32 parameters and moments;
 /// 12 bytes a parameter in all, as a bf16 job's fp32 master and Adam moments).
 const BYTES_PER_ELEMENT: f64 = 4.0;
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(clap::Args)]
 pub struct Args {

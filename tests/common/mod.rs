@@ -22,3 +22,22 @@ pub fn stdout(output: &Output) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// `tessel launch PLAN --backend cpu --scale 1 --steps STEPS --format json EXTRA...`, its
+/// report.
+pub fn launch_cpu(plan: &std::path::Path, steps: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "launch",
+        plan.to_str().expect("a UTF-8 path"),
+        "--backend",
+        "cpu",
+        "--scale",
+        "1",
+        "--steps",
+        steps,
+        "--format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&stdout(&tessel(&args))).expect("launch prints JSON")
+}
