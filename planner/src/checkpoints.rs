@@ -40,9 +40,10 @@ pub fn checkpoint_plan(spec: &Spec, step_time_s: f64) -> Option<CheckpointPlan> 
 pub fn checkpoint_line(plan: &CheckpointPlan) -> String {
     match (&plan.chosen, plan.interval_steps) {
         (Some(c), Some(steps)) => format!(
-            "every {} ({steps} steps) to {}, {} each; goodput {:.1} %, {} a day lost to \
+            "every {} ({steps} step{}) to {}, {} each; goodput {:.1} %, {} a day lost to \
              failures and {} to checkpoints (job MTBF {})",
             duration(c.interval_s),
+            if steps == 1 { "" } else { "s" },
             target_label(c),
             duration(c.write_s),
             c.goodput * 100.0,

@@ -11,6 +11,7 @@ use tessel_symbolic::cost::{
 
 use super::TableOrJson as Format;
 use super::EXIT_BAD_INPUT;
+use tessel_planner::{checkpoint_line, checkpoint_plan};
 
 /// The strategy keys a command line may override.
 #[derive(clap::Args)]
@@ -141,7 +142,12 @@ pub fn run(args: &Args) -> ExitCode {
     match estimate {
         Ok(estimate) => {
             match args.format {
-                Format::Table => print!("{}", render_estimate_table(&spec, &strategy, &estimate)),
+                Format::Table => {
+                    print!("{}", render_estimate_table(&spec, &strategy, &estimate));
+                    if let Some(checkpoints) = checkpoint_plan(&spec, estimate.step_time_s) {
+                        println!("{:<26}{}", "checkpoints", checkpoint_line(&checkpoints));
+                    }
+                }
                 Format::Json => println!("{}", render_estimate_json(&estimate)),
             }
             ExitCode::SUCCESS
