@@ -79,6 +79,17 @@ fn removing_a_node_moves_what_the_runtime_moves() {
 }
 
 #[test]
+fn adding_a_node_moves_what_the_runtime_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on(dir.path(), 2);
+    map_against_runtime(
+        &spec,
+        &["--gpus", "8", "--tp", "2", "--dp", "4", "--zero", "1"],
+        &["--nodes", "2"],
+    );
+}
+
+#[test]
 fn halving_the_gpus_moves_what_the_runtime_moves() {
     let dir = tempfile::tempdir().unwrap();
     let spec = dense8_on(dir.path(), 1);

@@ -117,15 +117,14 @@ pub fn run_rank<B: Backend>(
     let first_step = setup.resume.map_or(0, |c| c.manifest.step as usize);
     let last_step = first_step + setup.steps;
     for step in first_step..last_step {
-        if setup.fail_at
-            == Some(InjectedFailure {
-                rank,
-                step: step as u64 + 1,
-            })
+        let done = step as u64 + 1;
+        if setup
+            .fail_at
+            .is_some_and(|f| f.rank == rank && f.step == done)
         {
             return Err(RuntimeError::RankFailed {
                 rank,
-                reason: format!("failure injected as step {} started", step + 1),
+                reason: format!("failure injected as step {done} started"),
             });
         }
         let t0 = Instant::now();
@@ -138,7 +137,6 @@ pub fn run_rank<B: Backend>(
         let total = b.all_reduce(GroupKind::World, &b.tensor(vec![r.loss as f32], 1, 1))?;
         losses.push(f64::from(b.to_vec(&total)[0]));
         step_times.push(t0.elapsed().as_secs_f64());
-        let done = step as u64 + 1;
         if let Some(dir) = setup.checkpoint_to {
             let due = setup.snapshot_every.is_some_and(|n| done.is_multiple_of(n));
             if due || step + 1 == last_step {

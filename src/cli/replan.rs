@@ -1,7 +1,7 @@
 //! `tessel replan PLAN (--gpus N | --nodes N | --remove-nodes K) [--remaining-steps S] [-o FILE]
 //! [--format table|json]`: the best plan for the job's new resources, the cost of moving there
 //! counted. Two candidates: the plan the search finds for the new cluster, and the current
-//! shape with as many data-parallel replicas as fit (the least to move). Each is charged the
+//! shape with as many data-parallel replicas as the new cluster holds (the least to move). Each is charged the
 //! time to move every rank's shards to where the new plan needs them (the resharding map the
 //! runtime's checkpoints follow, `tessel_runtime::checkpoint::reshard_sources`, over the new
 //! cluster's links) plus its predicted step time over the remaining steps; the cheaper wins.
@@ -109,12 +109,15 @@ pub fn run(args: &Args) -> ExitCode {
     let per_replica = same_shape.tp * same_shape.pp * same_shape.cp;
     same_shape.dp = spec.cluster.total_gpus() / per_replica.max(1);
     same_shape.name = "same_shape".into();
-    match plan_fixed(&spec, &model, &same_shape) {
-        Ok(plan) if same_shape.dp >= 1 && plan.prediction.fits => {
-            candidates.push(("current shape, fewer replicas", plan))
+    let label = "current shape, other replicas";
+    if same_shape.dp == 0 {
+        refused.push(format!("{label}: one replica needs {per_replica} GPUs"));
+    } else {
+        match plan_fixed(&spec, &model, &same_shape) {
+            Ok(plan) if plan.prediction.fits => candidates.push((label, plan)),
+            Ok(_) => refused.push(format!("{label}: does not fit")),
+            Err(error) => refused.push(format!("{label}: {error}")),
         }
-        Ok(_) => refused.push("current shape, fewer replicas: does not fit".into()),
-        Err(error) => refused.push(format!("current shape, fewer replicas: {error}")),
     }
     if candidates.is_empty() {
         eprintln!(
