@@ -49,6 +49,16 @@ fn llama3_405b_snapshots_to_host_memory_and_says_what_failures_cost() {
     assert!(text.contains("  checkpoints  every "), "{text}");
     assert!(text.contains("to host memory"), "{text}");
     assert!(text.contains("  disk instead: every "), "{text}");
+    // The exported launch configuration checkpoints at that interval.
+    let script = stdout(&tessel(&[
+        "export",
+        "specs/llama3-405b.tsl",
+        "--strategy",
+        "meta_reference",
+        "--to",
+        "megatron",
+    ]));
+    assert!(script.contains("--save-interval "), "{script}");
     // `estimate` states it for the fixed configuration too.
     let text = stdout(&tessel(&["estimate", "specs/llama3-405b.tsl"]));
     assert!(text.contains("checkpoints               every "), "{text}");

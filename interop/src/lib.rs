@@ -13,5 +13,5 @@ pub mod hf;
 mod number_format;
 pub mod traces;
 
-pub use export::{export, ExportOutput, ExportTarget};
+pub use export::{export, export_with, ExportOptions, ExportOutput, ExportTarget};
 pub use hf::{import_hf_config, import_hf_file, ImportError, ImportedModel};

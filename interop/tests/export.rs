@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use common::check_golden;
 use tessel_grammar::*;
-use tessel_interop::{export, ExportOutput, ExportTarget};
+use tessel_interop::{export, export_with, ExportOptions, ExportOutput, ExportTarget};
 
 fn h100_cluster(nodes: u64) -> ClusterSpec {
     // NVIDIA H100 SXM datasheet: 80 GB HBM3, 989 TFLOPS dense BF16, 3.35 TB/s; NVLink 4
@@ -765,4 +765,34 @@ fn hybrid_sharding_is_written_in_each_framework_s_terms() {
     let deepspeed = run(&spec, ExportTarget::Deepspeed);
     let config: serde_json::Value = serde_json::from_str(&deepspeed.text).unwrap();
     assert_eq!(config["zero_optimization"]["mics_shard_size"], 8);
+}
+
+#[test]
+fn a_checkpoint_interval_is_written_in_each_targets_terms() {
+    let spec = llama70b_dense();
+    let options = ExportOptions {
+        checkpoint_every: Some(250),
+    };
+    let with = |target| export_with(&spec, &spec.strategies[0], target, &options);
+    let megatron = with(ExportTarget::Megatron);
+    let flags = megatron_flags(&megatron.text);
+    assert!(flags.contains(&("--save-interval".to_string(), Some("250".to_string()))));
+    let known_flags = known("megatron_flags.txt");
+    assert!(flags.iter().all(|(flag, _)| known_flags.contains(flag)));
+    let torchtitan = with(ExportTarget::Torchtitan);
+    let keys = toml_keys(&torchtitan.text);
+    let known_keys = known("torchtitan_keys.txt");
+    for key in ["checkpoint.enable_checkpoint", "checkpoint.interval"] {
+        assert!(keys.iter().any(|k| k == key), "{key}");
+        assert!(known_keys.contains(key), "{key}");
+    }
+    assert!(torchtitan.text.contains("interval = 250"));
+    let deepspeed = with(ExportTarget::Deepspeed);
+    assert!(deepspeed
+        .notes
+        .iter()
+        .any(|n| n.starts_with("save a checkpoint every 250 steps")));
+    // Without an interval none of it is written.
+    let plain = run(&spec, ExportTarget::Megatron);
+    assert!(!plain.text.contains("--save-interval"));
 }

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tessel_grammar::{Spec, Strategy};
-use tessel_interop::ExportTarget;
-use tessel_planner::{Plan, PLAN_FORMAT};
+use tessel_interop::{ExportOptions, ExportTarget};
+use tessel_planner::{checkpoint_plan, Plan, PLAN_FORMAT};
+use tessel_symbolic::cost::CostModel;
 
 use super::EXIT_BAD_INPUT;
 
@@ -61,7 +62,13 @@ pub fn run(args: &Args) -> ExitCode {
             Err(code) => return code,
         }
     };
-    let mut exported = tessel_interop::export(&spec, &strategy, args.to);
+    // The checkpoint interval a plan of this configuration states, when the spec has failures.
+    let checkpoint_every = spec.train.failures.and_then(|_| {
+        let estimate = CostModel::new(&spec).and_then(|model| model.estimate(&strategy));
+        checkpoint_plan(&spec, estimate.ok()?.step_time_s)?.interval_steps
+    });
+    let options = ExportOptions { checkpoint_every };
+    let mut exported = tessel_interop::export_with(&spec, &strategy, args.to, &options);
     exported.notes.append(&mut notes);
     eprint!("{}", exported.summary());
     super::write_output(args.output.as_deref(), &exported.text)

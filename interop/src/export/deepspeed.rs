@@ -9,7 +9,7 @@ use serde::Serialize;
 use tessel_grammar::{Precision, Recompute, Spec, Strategy};
 
 use super::batches::batches;
-use super::{zero_stage, ExportOutput, Report};
+use super::{zero_stage, ExportOptions, ExportOutput, Report};
 
 /// DeepSpeed's documented default bucket sizes (elements), written out so they can be tuned.
 const BUCKET_SIZE: u64 = 500_000_000;
@@ -95,7 +95,7 @@ struct ActivationCheckpointing {
     profile: bool,
 }
 
-pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
+pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) -> ExportOutput {
     let mut report = Report::new();
     report.check_common(spec, strategy);
     report_degrees(spec, strategy, &mut report);
@@ -149,6 +149,17 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     let mut text = serde_json::to_string_pretty(&config)
         .expect("a struct of numbers, booleans and strings always serializes");
     text.push('\n');
+    if let Some(every) = options.checkpoint_every {
+        let steps = if every == 1 {
+            "step".to_string()
+        } else {
+            format!("{every} steps")
+        };
+        report.note(format!(
+            "save a checkpoint every {steps} (`model_engine.save_checkpoint` in the training \
+             loop): a DeepSpeed config has no interval"
+        ));
+    }
     ExportOutput {
         text,
         file_name_hint: format!("{}.ds_config.json", strategy.name),

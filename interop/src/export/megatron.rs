@@ -11,7 +11,7 @@ use tessel_grammar::{
 
 use super::batches::batches;
 use super::stages::{stages, Stages};
-use super::{zero_stage, ExportOutput, Report};
+use super::{zero_stage, ExportOptions, ExportOutput, Report};
 
 /// One command-line flag and its value (`None` for switches).
 struct Flag {
@@ -34,7 +34,7 @@ impl Flags {
     }
 }
 
-pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
+pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) -> ExportOutput {
     let mut report = Report::new();
     report.check_common(spec, strategy);
     let model = &spec.model;
@@ -224,6 +224,9 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
         }
     }
     offload_flags(spec, strategy, &mut flags, &mut report);
+    if let Some(every) = options.checkpoint_every {
+        flags.value("--save-interval", every);
+    }
     report.note(
         "add data, tokenizer, learning-rate schedule, iteration and checkpoint flags \
          (--data-path, --tokenizer-type, --lr, --train-iters, --save, ...)",

@@ -131,10 +131,27 @@ impl ExportOutput {
 
 /// Writes `strategy` (one of `spec`'s, or one the planner chose) for `target`.
 pub fn export(spec: &Spec, strategy: &Strategy, target: ExportTarget) -> ExportOutput {
+    export_with(spec, strategy, target, &ExportOptions::default())
+}
+
+/// What the export knows beyond the spec and strategy: facts a plan adds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// Optimizer steps between checkpoints (a plan's interval, when its spec has failures).
+    pub checkpoint_every: Option<u64>,
+}
+
+/// [`export`] with what a plan adds.
+pub fn export_with(
+    spec: &Spec,
+    strategy: &Strategy,
+    target: ExportTarget,
+    options: &ExportOptions,
+) -> ExportOutput {
     match target {
-        ExportTarget::Megatron => megatron::export(spec, strategy),
-        ExportTarget::Torchtitan => torchtitan::export(spec, strategy),
-        ExportTarget::Deepspeed => deepspeed::export(spec, strategy),
+        ExportTarget::Megatron => megatron::export(spec, strategy, options),
+        ExportTarget::Torchtitan => torchtitan::export(spec, strategy, options),
+        ExportTarget::Deepspeed => deepspeed::export(spec, strategy, options),
     }
 }
 

@@ -15,7 +15,7 @@ use tessel_grammar::{
 use super::batches::batches;
 use super::stages::{stages, Stages};
 use super::toml_writer::{TomlDoc, TomlValue};
-use super::{zero_stage, ExportOutput, Report};
+use super::{zero_stage, ExportOptions, ExportOutput, Report};
 
 /// torchtitan's registered Llama 3 flavors (torchtitan/models/llama3/__init__.py):
 /// name, layers, dim, heads, KV heads, and the FFN width its `ffn_dim_multiplier` and
@@ -26,7 +26,7 @@ const LLAMA3_FLAVORS: &[(&str, u64, u64, u64, u64, u64)] = &[
     ("405B", 126, 16384, 128, 8, 53248),
 ];
 
-pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
+pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) -> ExportOutput {
     let mut report = Report::new();
     report.check_common(spec, strategy);
     let mut doc = TomlDoc::with_sections(&[
@@ -49,6 +49,10 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy) -> ExportOutput {
     let shard_degree = parallelism_section(spec, strategy, &mut doc, &mut report);
     training_section(spec, strategy, shard_degree, &mut doc, &mut report);
     checkpoint_section(spec, strategy, &mut doc, &mut report);
+    if let Some(every) = options.checkpoint_every {
+        doc.bool("checkpoint", "enable_checkpoint", true);
+        doc.int("checkpoint", "interval", every);
+    }
     compile_section(spec, &mut doc);
 
     let mut text = String::new();
