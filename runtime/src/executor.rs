@@ -1000,14 +1000,19 @@ impl<'a, B: Backend> Rank<'a, B> {
                     Ok(b.to_vec(t))
                 }
             };
+            // Every replica takes part in the gathers; the first writes.
             let (m, v) = (whole(&g.adam_m)?, whole(&g.adam_v)?);
-            let weights = match &g.shard {
-                Some(shard) => b.to_vec(&b.all_gather(g.spec.replication, shard)?),
-                None => b.to_vec(&self.flatten(g, false)?),
-            };
+            let gathered = (g.shard.as_ref())
+                .map(|shard| b.all_gather(g.spec.replication, shard))
+                .transpose()?;
             if b.group_index(g.spec.replication) != 0 {
                 continue;
             }
+            let weights = match gathered {
+                Some(weights) => weights,
+                None => self.flatten(g, false)?,
+            };
+            let weights = b.to_vec(&weights);
             let mut offset = 0;
             for p in &g.spec.params {
                 let n = p.local_len();

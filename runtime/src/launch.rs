@@ -3,13 +3,13 @@
 use crate::backend::cpu::CpuBackend;
 use crate::backend::shared_memory::World;
 use crate::backend::AdamParams;
-use crate::checkpoint::{Checkpoint, InjectedFailure, ReshardSource};
+use crate::checkpoint::{create_folder, Checkpoint, InjectedFailure, ReshardSource};
 use crate::data::{DataSource, TokenStream};
 use crate::error::RuntimeError;
 use crate::executor::{run_rank, RankOutput, RunSetup};
 use crate::memory::{MemoryBreakdown, MemoryPeaks};
 use crate::mesh::Mesh;
-use crate::model::layout::{embedding_group, head_group, layer_groups, ParamSpec, ShardCoords};
+use crate::model::layout::whole_model_params;
 use crate::plan::ExecutionPlan;
 use crate::trace::write_trace;
 use std::collections::BTreeMap;
@@ -165,12 +165,10 @@ pub fn launch_cpu(
         .map(Checkpoint::read)
         .transpose()?;
     if let Some(checkpoint) = &resume {
-        checkpoint.check(&whole_model_params(model, plan))?;
+        checkpoint.check(&whole_model_params(model, plan.seq_len))?;
     }
     if let Some(dir) = &options.checkpoint_to {
-        std::fs::create_dir_all(dir).map_err(|e| RuntimeError::Checkpoint {
-            reason: format!("{}: {e}", dir.display()),
-        })?;
+        create_folder(dir)?;
     }
     let setup = RunSetup {
         model,
@@ -330,20 +328,6 @@ fn report(
         parameters,
         first_step,
     })
-}
-
-/// Every parameter of the model as whole tensors (no tensor or expert split).
-fn whole_model_params(model: &ModelSpec, plan: &ExecutionPlan) -> Vec<ParamSpec> {
-    let whole = ShardCoords {
-        tp: 1,
-        tp_index: 0,
-        ep: 1,
-        ep_index: 0,
-    };
-    let mut groups = vec![embedding_group(model, plan.seq_len, whole)];
-    groups.extend((0..model.layers).flat_map(|layer| layer_groups(model, layer, whole)));
-    groups.push(head_group(model, true, whole));
-    groups.into_iter().flat_map(|g| g.params).collect()
 }
 
 /// Puts every rank's shards back into global tensors.

@@ -9,6 +9,7 @@
 use crate::error::RuntimeError;
 use serde_json::{json, Map, Value};
 use std::path::Path;
+use tessel_symbolic::primitives::fit::median;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceEvent {
@@ -49,16 +50,12 @@ impl MatmulRecord {
         calls
             .into_iter()
             .filter(|(_, seconds)| !seconds.is_empty())
-            .map(|((m, n, k), mut seconds)| {
-                seconds.sort_by(f64::total_cmp);
-                let n_calls = seconds.len();
-                MatmulRecord {
-                    m,
-                    n,
-                    k,
-                    calls: n_calls,
-                    median_s: (seconds[(n_calls - 1) / 2] + seconds[n_calls / 2]) / 2.0,
-                }
+            .map(|((m, n, k), mut seconds)| MatmulRecord {
+                m,
+                n,
+                k,
+                calls: seconds.len(),
+                median_s: median(&mut seconds),
             })
             .collect()
     }

@@ -18,6 +18,7 @@ use tessel_symbolic::calibration::{
     ClusterCalibration, PrimitiveFit, StageWork, TracedStep, CALIBRATION_FORMAT,
 };
 use tessel_symbolic::cost::{Calibration, GpuGeneration};
+use tessel_symbolic::primitives::fit::median;
 use tessel_symbolic::primitives::{
     compute_units, Collective, CollectiveMeasurement, CollectiveParams, GemmDevice,
     GemmMeasurement, GemmParams, Links,
@@ -443,11 +444,7 @@ fn read_tessel(
 /// busy time and optimizer step and the step time: medians over the steps after the first,
 /// which allocates (over every step when only one was traced).
 fn traced_step(file: &str, run: &TracedRun, spec: &Spec) -> Result<TracedStep, String> {
-    let median = |mut values: Vec<f64>| -> Option<f64> {
-        values.sort_by(f64::total_cmp);
-        let n = values.len();
-        (n > 0).then(|| (values[(n - 1) / 2] + values[n / 2]) / 2.0)
-    };
+    let median = |mut values: Vec<f64>| (!values.is_empty()).then(|| median(&mut values));
     let after_first = |steps: usize| usize::from(steps > 1);
     let step_s = median(run.step_time_s[after_first(run.step_time_s.len())..].to_vec())
         .filter(|s| *s > 0.0)

@@ -118,10 +118,15 @@ fn io_error(path: &Path, error: impl std::fmt::Display) -> RuntimeError {
     }
 }
 
+/// Creates `dir` (and what leads to it) for checkpoints.
+pub fn create_folder(dir: &Path) -> Result<(), RuntimeError> {
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))
+}
+
 /// The folder of snapshot `step` in `dir`, created.
 pub fn snapshot_folder(dir: &Path, step: u64) -> Result<PathBuf, RuntimeError> {
     let folder = dir.join(format!("step{step}"));
-    std::fs::create_dir_all(&folder).map_err(|e| io_error(&folder, e))?;
+    create_folder(&folder)?;
     Ok(folder)
 }
 
@@ -315,32 +320,23 @@ impl Checkpoint {
                     ),
                     Some(_) => continue,
                 };
-                return Err(RuntimeError::Checkpoint {
-                    reason: format!("{}: {why}", self.dir.display()),
-                });
+                return Err(io_error(&self.dir, why));
             }
         }
         Ok(())
     }
 
     /// `state` of the parameter's local rectangle, row-major, assembled from the pieces that
-    /// overlap it; an error when the checkpoint lacks the parameter, holds it at another
-    /// shape, or does not cover the rectangle.
-    pub fn block(&self, p: &ParamSpec, state: StateKind) -> Result<Vec<f32>, RuntimeError> {
-        self.block_with_sources(p, state).map(|(data, _)| data)
-    }
-
-    /// [`Self::block`] and how many of its elements came from each writing rank. Of pieces
-    /// with the same rectangle (replicated key/value heads, a tied embedding's copy) the
-    /// lowest rank's is read, as [`reshard_sources`] counts.
+    /// overlap it, and how many of its elements came from each writing rank; an error when
+    /// the checkpoint lacks the parameter, holds it at another shape, or does not cover the
+    /// rectangle. Of pieces with the same rectangle (replicated key/value heads, a tied
+    /// embedding's copy) the lowest rank's is read, as [`reshard_sources`] counts.
     pub fn block_with_sources(
         &self,
         p: &ParamSpec,
         state: StateKind,
     ) -> Result<(Vec<f32>, BTreeMap<u64, u64>), RuntimeError> {
-        let missing = |why: String| RuntimeError::Checkpoint {
-            reason: format!("{}: {why}", self.dir.display()),
-        };
+        let missing = |why: String| io_error(&self.dir, why);
         let pieces = self
             .index
             .get(&(p.name.clone(), state))
@@ -438,9 +434,15 @@ mod tests {
         assert_eq!(checkpoint.manifest.step, 7);
         for index in 0..2 {
             let p = param(Split::Rows { parts: 2, index });
-            assert_eq!(checkpoint.block(&p, StateKind::AdamV).unwrap(), local(&p));
+            assert_eq!(
+                checkpoint
+                    .block_with_sources(&p, StateKind::AdamV)
+                    .unwrap()
+                    .0,
+                local(&p)
+            );
         }
-        let missing = checkpoint.block(&param(Split::Replicated), StateKind::Param);
+        let missing = checkpoint.block_with_sources(&param(Split::Replicated), StateKind::Param);
         assert!(missing.is_err());
     }
 
@@ -457,7 +459,7 @@ mod tests {
         write_manifest(dir.path(), 1, "tiny", shards).unwrap();
         let checkpoint = Checkpoint::read(dir.path()).unwrap();
         let err = checkpoint
-            .block(&param(Split::Replicated), StateKind::Param)
+            .block_with_sources(&param(Split::Replicated), StateKind::Param)
             .unwrap_err()
             .to_string();
         assert!(err.contains("do not cover rows 0–4, columns 0–6"), "{err}");

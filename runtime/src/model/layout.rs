@@ -379,3 +379,18 @@ pub fn rank_groups(
     }
     specs
 }
+
+/// Every parameter of the model as whole tensors (no tensor or expert split), as one rank of
+/// a one-stage plan holds them.
+pub fn whole_model_params(model: &ModelSpec, seq_len: u64) -> Vec<ParamSpec> {
+    let whole = ShardCoords {
+        tp: 1,
+        tp_index: 0,
+        ep: 1,
+        ep_index: 0,
+    };
+    let mut groups = vec![embedding_group(model, seq_len, whole)];
+    groups.extend((0..model.layers).flat_map(|layer| layer_groups(model, layer, whole)));
+    groups.push(head_group(model, true, whole));
+    groups.into_iter().flat_map(|g| g.params).collect()
+}

@@ -76,18 +76,10 @@ impl TracedStep {
         efficiency: KernelEfficiency,
     ) -> Result<Vec<StepPrediction>, CostError> {
         let model = CostModel::uncompiled(&self.spec, calibration, efficiency)?;
+        // One estimate of the run: each stage's time under its own recompute and offload.
+        let estimate = model.estimate(&self.step_strategy())?;
         let mut out = Vec::new();
         for work in &self.stages {
-            let strategy = self
-                .stage_strategies
-                .get(work.stage as usize)
-                .ok_or_else(|| {
-                    CostError::spec(format!(
-                        "{}: no strategy for stage {}",
-                        self.source, work.stage
-                    ))
-                })?;
-            let estimate = model.estimate(strategy)?;
             let stage = estimate.stages.get(work.stage as usize).ok_or_else(|| {
                 CostError::spec(format!(
                     "{}: the model has no stage {}",
@@ -106,7 +98,7 @@ impl TracedStep {
             });
         }
         out.push(StepPrediction {
-            predicted_s: model.estimate(&self.step_strategy())?.step_time_s,
+            predicted_s: estimate.step_time_s,
             measured_s: self.step_s,
         });
         Ok(out)
@@ -124,15 +116,11 @@ impl TracedStep {
 }
 
 fn with_compute(base: &Calibration, x: &[f64]) -> Calibration {
-    Calibration {
-        compute: Some(ComputeParams {
-            matmul: x[0],
-            memory: x[1],
-            layer_overhead_s: x[2],
-        }),
+    base.with_compute(ComputeParams {
+        matmul: x[0],
+        memory: x[1],
         layer_overhead_s: x[2],
-        ..*base
-    }
+    })
 }
 
 /// Mean |log(predicted / measured)| of each run, averaged over runs.

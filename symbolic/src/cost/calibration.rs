@@ -281,11 +281,20 @@ impl Calibration {
             calibration.collectives = collectives;
         }
         calibration.gemm = read(file, "gemm", &file.gemm)?;
-        calibration.compute = read(file, "compute", &file.compute)?;
-        if let Some(compute) = calibration.compute {
-            calibration.layer_overhead_s = compute.layer_overhead_s;
+        Ok(match read(file, "compute", &file.compute)? {
+            Some(compute) => calibration.with_compute(compute),
+            None => calibration,
+        })
+    }
+
+    /// This calibration with a cluster's fitted compute: its fractions (read through
+    /// [`KernelEfficiency::calibrated`]) and its time per layer pass.
+    pub fn with_compute(self, compute: ComputeParams) -> Calibration {
+        Calibration {
+            compute: Some(compute),
+            layer_overhead_s: compute.layer_overhead_s,
+            ..self
         }
-        Ok(calibration)
     }
 }
 
