@@ -128,8 +128,9 @@ fn every_example_spec_checks() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".tsl") {
             let stdout = stdout_ok(&format!("specs/{name}"));
+            // A cluster of pools has none: a fixed strategy runs on one GPU type.
             assert!(
-                stdout.contains("\nstrategy "),
+                stdout.contains("\nstrategy ") || stdout.contains(" pools, "),
                 "{name} has no reference strategy"
             );
             assert!(stdout.contains("\nsearch\n"), "{name}");
@@ -137,6 +138,16 @@ fn every_example_spec_checks() {
         }
     }
     assert!(count >= 7);
+}
+
+#[test]
+fn a_cluster_of_pools_prints_each_pool() {
+    let stdout = stdout_ok("specs/mixed-a100-l40s.tsl");
+    assert!(stdout.contains("GPUs            96 in 2 pools"), "{stdout}");
+    assert!(stdout.contains("between pools   12.5 GB/s"), "{stdout}");
+    let train = stdout.find("  pool train\n    GPUs            32 × A100_80GB (4 nodes × 8)");
+    let loan = stdout.find("  pool loan\n    GPUs            64 × L40S (8 nodes × 8)");
+    assert!(train.is_some() && loan > train, "{stdout}");
 }
 
 #[test]

@@ -32,7 +32,11 @@ pub struct Block {
     pub header: Span,
 }
 
-/// A block member: a field, or a block-local `let`.
+/// How a `pool NAME { … }` member is keyed: the field `pool NAME`, a key no `ident` can spell.
+pub const POOL_PREFIX: &str = "pool ";
+
+/// A block member: a field (a `pool` block is one, see [`POOL_PREFIX`]), or a block-local
+/// `let`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Member {
     Field(Field),

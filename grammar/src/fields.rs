@@ -1,7 +1,7 @@
 //! Reading typed fields out of evaluated blocks and records, with the checks every field shares:
 //! dimension, whole numbers, ranges, enum spellings, unknown and missing fields.
 
-use crate::ast::Name;
+use crate::ast::{Name, POOL_PREFIX};
 use crate::diagnostic::Problem;
 use crate::eval::{format_number, RecordField, Spanned, Value};
 use crate::source::Span;
@@ -107,10 +107,30 @@ impl<'p> Fields<'p> {
         );
     }
 
+    /// Takes out the `pool NAME { … }` members (see [`POOL_PREFIX`]), in the order written.
+    pub fn take_pools(&mut self) -> Vec<ResolvedField> {
+        let (pools, rest) = std::mem::take(&mut self.fields)
+            .into_iter()
+            .partition(|f| f.key.text.starts_with(POOL_PREFIX));
+        self.fields = rest;
+        pools
+    }
+
     /// Reports every field not in `known`, suggesting the closest known one.
     pub fn reject_unknown(&mut self, known: &[&str]) {
         for f in &self.fields {
-            if !known.contains(&f.key.text.as_str()) {
+            if f.key.text.starts_with(POOL_PREFIX) {
+                self.problems.push(
+                    Problem::new(
+                        f.key.span,
+                        format!(
+                            "`{}` in {}: pools belong in a cluster",
+                            f.key.text, self.owner
+                        ),
+                    )
+                    .with_help("move the `pool` block into a `cluster { … }`"),
+                );
+            } else if !known.contains(&f.key.text.as_str()) {
                 let help = suggest::did_you_mean(&f.key.text, known.iter().copied())
                     .unwrap_or_else(|| format!("the fields here are {}", list_names(known)));
                 self.problems.push(

@@ -10,7 +10,7 @@ use pest::iterators::Pair;
 use pest::Parser;
 use pest_derive::Parser;
 
-use crate::ast::{BinaryOp, Block, Expr, ExprKind, Field, Item, Let, Member, Name};
+use crate::ast::{BinaryOp, Block, Expr, ExprKind, Field, Item, Let, Member, Name, POOL_PREFIX};
 use crate::diagnostic::Problem;
 use crate::source::{FileId, Span};
 
@@ -73,7 +73,8 @@ fn chunks(text: &str) -> Vec<(usize, usize)> {
 }
 
 /// Whether a line begins a top-level item: `use "..."`, a `let` outside any block, or a block
-/// header `WORD [WORD] [extends WORD] {`. A field line `key = value` never does.
+/// header `WORD [WORD] [extends WORD] {` (but not a `pool` header inside a block). A field line
+/// `key = value` never does.
 fn starts_item(line: &str, depth: i64) -> bool {
     let code = line.split('#').next().unwrap_or("").trim_start();
     let word_len = code
@@ -87,6 +88,8 @@ fn starts_item(line: &str, depth: i64) -> bool {
     match word {
         "use" => code[word_len..].starts_with(|c: char| c.is_whitespace() || c == '"'),
         "let" => depth <= 0,
+        // A pool inside a cluster is a member, not a block of its own.
+        "pool" if depth > 0 => false,
         _ => {
             rest.starts_with('{')
                 || (rest.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -380,6 +383,7 @@ impl Builder {
                         match m.as_rule() {
                             Rule::field => members.push(Member::Field(self.field(m)?)),
                             Rule::let_item => members.push(Member::Let(self.let_item(m)?)),
+                            Rule::pool_block => members.push(Member::Field(self.pool_block(m)?)),
                             _ => {}
                         }
                     }
@@ -401,6 +405,22 @@ impl Builder {
         let key = self.name(inner.next()?);
         let value = self.expr(inner.find(|p| p.as_rule() == Rule::expr)?)?;
         Some(Field { key, value })
+    }
+
+    /// `pool NAME { … }` as the field `pool NAME` whose value is the record, so that pools
+    /// inherit, evaluate and report like any other field.
+    fn pool_block(&self, pair: Pair<Rule>) -> Option<Field> {
+        let mut inner = pair.into_inner();
+        let keyword = self.span(&inner.next()?);
+        let name = self.name(inner.next()?);
+        let value = self.expr(inner.find(|p| p.as_rule() == Rule::record)?)?;
+        Some(Field {
+            key: Name {
+                text: format!("{POOL_PREFIX}{}", name.text),
+                span: keyword.to(name.span),
+            },
+            value,
+        })
     }
 
     fn expr(&self, pair: Pair<Rule>) -> Option<Expr> {

@@ -164,6 +164,16 @@ pub struct ClusterSpec {
     /// `tessel calibrate`); absent: the published calibration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<CalibrationFile>,
+    /// Pools of GPUs of their own kind (`pool NAME { … }` blocks), in the order written; empty
+    /// for a cluster of one kind. A cluster with pools describes its first pool in its own
+    /// fields (`gpu`, `nodes`, links), so that whatever reads one GPU type reads a real one;
+    /// what plans across pools reads `pools`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<ClusterSpec>,
+    /// The link between two pools, per GPU and direction (`between_pools`); absent without
+    /// pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub between_pools: Option<Link>,
 }
 
 /// A cluster's calibration file, read when the spec is loaded: what the cost model takes from
@@ -210,8 +220,24 @@ impl CalibrationFile {
 }
 
 impl ClusterSpec {
+    /// GPUs of this cluster, or of its first pool when it has pools (see [`ClusterSpec::pools`];
+    /// [`ClusterSpec::pooled_gpus`] counts them all).
     pub fn total_gpus(&self) -> u64 {
         self.nodes * self.gpus_per_node
+    }
+
+    /// GPUs of every pool together (of the cluster, when it has no pools).
+    pub fn pooled_gpus(&self) -> u64 {
+        if self.pools.is_empty() {
+            self.total_gpus()
+        } else {
+            self.pools.iter().map(ClusterSpec::total_gpus).sum()
+        }
+    }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&ClusterSpec> {
+        self.pools.iter().find(|pool| pool.name == name)
     }
 }
 

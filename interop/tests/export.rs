@@ -42,6 +42,8 @@ fn h100_cluster(nodes: u64) -> ClusterSpec {
         host_link: 55e9,
         host_memory: 2e12,
         calibration: None,
+        pools: Vec::new(),
+        between_pools: None,
     }
 }
 

@@ -62,7 +62,8 @@ pub struct OuterProbe<'a> {
     pub outer: OuterConfig,
     pub strategy: Strategy,
     pub shape: PipelineShape,
-    pub capacity: f64,
+    /// Usable bytes per GPU of each stage.
+    pub capacities: Vec<f64>,
     pub layers: u64,
     pub even: Vec<u64>,
     pub evaluations: u64,
@@ -74,12 +75,15 @@ impl<'a> OuterProbe<'a> {
     pub fn new(spec: &Spec, model: &'a dyn StageCostModel, outer: OuterConfig) -> Self {
         let strategy = outer.strategy("candidate", Recompute::None, Offload::default(), None);
         let shape = model.pipeline_shape(&strategy);
+        let capacities = (0..outer.pp)
+            .map(|stage| model.stage_memory_capacity(&strategy, stage))
+            .collect();
         OuterProbe {
             model,
             outer,
             strategy,
             shape,
-            capacity: model.memory_capacity(),
+            capacities,
             layers: spec.model.layers,
             even: even_split(spec.model.layers, outer.pp, outer.interleave),
             evaluations: 0,
@@ -105,8 +109,9 @@ impl<'a> OuterProbe<'a> {
         )
     }
 
-    pub fn fits(&self, cost: &StageCost) -> bool {
-        cost.memory.total() <= self.capacity
+    /// Whether `cost` fits the memory of stage `stage`'s GPUs.
+    pub fn fits(&self, stage: u64, cost: &StageCost) -> bool {
+        cost.memory.total() <= self.capacities[stage as usize]
     }
 
     /// Bounds for one option (see the module comment), with the even split's costs.
@@ -151,14 +156,14 @@ impl<'a> OuterProbe<'a> {
             let at_largest = cost_at(self, largest);
             let slope = (with_slopes && largest > lmin)
                 .then(|| at_largest.microbatch_s - cost_at(self, largest - 1).microbatch_s);
-            minimum_fits &= self.fits(&least);
+            minimum_fits &= self.fits(stage, &least);
             largest_time.push(at_largest.microbatch_s);
-            largest_fits.push(self.fits(&at_largest));
+            largest_fits.push(self.fits(stage, &at_largest));
             slopes.push(slope);
             min_time.push(least.microbatch_s);
             min_tail.push(least.tail_s);
         }
-        let even_step = (with_even && even.iter().all(|cost| self.fits(cost)))
+        let even_step = (with_even && (0..).zip(&even).all(|(stage, cost)| self.fits(stage, cost)))
             .then(|| self.shape.step_time(&even));
         let mut result = OptionProbe {
             even,
@@ -387,7 +392,7 @@ pub fn screen(
     let mut least_costs = Vec::with_capacity(outer.pp as usize);
     for stage in 0..outer.pp {
         let cost = probe.cost(stage, lmin, &lean);
-        if !probe.fits(&cost) {
+        if !probe.fits(stage, &cost) {
             return infeasible(probe);
         }
         least_costs.push(cost);
@@ -410,7 +415,7 @@ pub fn screen(
         } else {
             probe.cost(stage as u64, largest, &lean)
         };
-        if probe.fits(&cost) {
+        if probe.fits(stage as u64, &cost) {
             fits[stage] = true;
             break;
         }

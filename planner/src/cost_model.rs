@@ -32,8 +32,20 @@ pub trait StageCostModel: Sync {
     /// `step = sum_weight·Σ microbatch_s + max_weight·max microbatch_s + max tail_s`.
     fn pipeline_shape(&self, strategy: &Strategy) -> PipelineShape;
 
-    /// Usable bytes per GPU (capacity times the search's memory limit).
+    /// Usable bytes per GPU (capacity times the search's memory limit); on GPUs of several
+    /// kinds, the largest.
     fn memory_capacity(&self) -> f64;
+
+    /// Usable bytes per GPU of the GPUs that run pipeline stage `stage` under `strategy`.
+    fn stage_memory_capacity(&self, _strategy: &Strategy, _stage: u64) -> f64 {
+        self.memory_capacity()
+    }
+
+    /// Whether the configuration can be laid out on the cluster at all (on pools of GPUs, every
+    /// pool must hold whole stages).
+    fn places(&self, _strategy: &Strategy) -> bool {
+        true
+    }
 
     /// Full prediction of a fixed strategy (with `stages`, `recompute` and `offload` set).
     fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String>;
@@ -64,5 +76,41 @@ impl StageCostModel for tessel_symbolic::cost::CostModel {
 
     fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String> {
         tessel_symbolic::cost::CostModel::estimate(self, strategy).map_err(|e| e.to_string())
+    }
+}
+
+/// A pipeline through pools of different GPUs, as the search sees it.
+impl StageCostModel for tessel_symbolic::cost::PooledCostModel {
+    fn stage_cost(
+        &self,
+        strategy: &Strategy,
+        stage: u64,
+        layers: u64,
+        recompute: Recompute,
+        offload: Offload,
+    ) -> StageCost {
+        tessel_symbolic::cost::PooledCostModel::stage_cost(
+            self, strategy, stage, layers, recompute, offload,
+        )
+    }
+
+    fn pipeline_shape(&self, strategy: &Strategy) -> PipelineShape {
+        tessel_symbolic::cost::PooledCostModel::pipeline_shape(self, strategy)
+    }
+
+    fn memory_capacity(&self) -> f64 {
+        tessel_symbolic::cost::PooledCostModel::memory_capacity(self)
+    }
+
+    fn stage_memory_capacity(&self, strategy: &Strategy, stage: u64) -> f64 {
+        tessel_symbolic::cost::PooledCostModel::stage_memory_capacity(self, strategy, stage)
+    }
+
+    fn places(&self, strategy: &Strategy) -> bool {
+        self.stages_per_pool(strategy).is_some()
+    }
+
+    fn estimate(&self, strategy: &Strategy) -> Result<Estimate, String> {
+        tessel_symbolic::cost::PooledCostModel::estimate(self, strategy).map_err(|e| e.to_string())
     }
 }

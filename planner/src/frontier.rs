@@ -67,14 +67,20 @@ pub fn add_option_points(
             }
             let others_min = bounds.sum_lower(Some(stage), layers - count, lmin, 0.0);
             let cost = probe.cost(stage as u64, count, option);
-            if !probe.fits(&cost) {
+            if !probe.fits(stage as u64, &cost) {
                 break;
             }
-            let bound = shape.sum_weight * (cost.microbatch_s + others_min)
+            // What the stage's own time bounds grows with its layers and ends the sweep; the
+            // other stages' part shrinks as this stage takes more of the layers (faster when
+            // they are slower per layer, as on another pool's GPUs), so it only skips a count.
+            let own = shape.sum_weight * cost.microbatch_s
                 + shape.max_weight * cost.microbatch_s.max(slowest_lower)
                 + cost.tail_s.max(bounds.tail_lower);
-            if bound > cutoff + tolerance {
+            if own > cutoff + tolerance {
                 break;
+            }
+            if own + shape.sum_weight * others_min > cutoff + tolerance {
+                continue;
             }
             points.push(StagePoint {
                 layers: count,

@@ -19,6 +19,7 @@ mod losses;
 mod milp;
 mod nothing_fits;
 mod objective;
+mod placement;
 mod plan;
 mod planning;
 mod published;
@@ -41,6 +42,9 @@ pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chun
 pub use milp::MilpSettings;
 pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};
 pub use objective::Objective;
+pub use placement::{
+    estimate_placed, plan_on_pools, PlacedPool, PlacementOutcome, PoolPlacement, ACROSS_POOLS,
+};
 pub use plan::{
     spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,
     PLAN_FORMAT,

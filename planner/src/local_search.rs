@@ -21,7 +21,7 @@ pub fn improve_even_split(
     option: &StageOption,
     even_costs: &[StageCost],
 ) -> Option<Split> {
-    if !even_costs.iter().all(|c| probe.fits(c)) {
+    if !(0..).zip(even_costs).all(|(stage, c)| probe.fits(stage, c)) {
         return None;
     }
     let pp = probe.outer.pp as usize;
@@ -45,7 +45,7 @@ pub fn improve_even_split(
                     continue;
                 }
                 let heavier = probe.cost(to as u64, layers[to] + 1, option);
-                if !probe.fits(&heavier) {
+                if !probe.fits(to as u64, &heavier) {
                     continue;
                 }
                 let mut trial = costs.clone();

@@ -183,6 +183,9 @@ pub struct Plan {
     /// The checkpoint interval and target, when the spec says how often its GPUs fail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<crate::CheckpointPlan>,
+    /// On a cluster of pools, which pools the plan uses and which ranks run on each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::PoolPlacement>,
 }
 
 /// SHA-256 (hex) of the spec's JSON with object keys sorted.

@@ -351,5 +351,6 @@ fn assemble(
         search,
         runners_up,
         checkpoints,
+        placement: None,
     }
 }

@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use tessel_symbolic::cost::step_interval_label;
 
+use crate::placement::PoolPlacement;
 use crate::plan::{Plan, PlanConfig, SolverStatus};
 use crate::space::{offload_label, per_stage_label, recompute_label};
 
@@ -126,6 +127,10 @@ pub fn render_table(plan: &Plan) -> String {
     let _ = writeln!(out, "  degrees      {}", degrees_label(plan));
     let _ = writeln!(out, "  batching     {}", batching_label(plan));
     let _ = writeln!(out, "  stages       {}", choices_label(plan));
+    if let Some(placement) = &plan.placement {
+        let _ = writeln!(out, "  pools        {}", pools_label(placement));
+        let _ = writeln!(out, "  placements   {}", tried_label(placement));
+    }
     let _ = writeln!(
         out,
         "  step time    {:.3} s{}   tokens/s {:.0}   MFU {:.1}%   HFU {:.1}%",
@@ -206,6 +211,45 @@ pub fn render_table(plan: &Plan) -> String {
 }
 
 /// The plan as Markdown, for pull requests and reports.
+/// `pipeline across pools: train (A100_80GB) stage 0, ranks 0–31; loan (L40S) stages 1–2, …`
+fn pools_label(placement: &PoolPlacement) -> String {
+    let span = |what: &str, [first, last]: [u64; 2]| {
+        if last == first + 1 {
+            format!("{what} {first}")
+        } else {
+            format!("{what}s {first}–{}", last.saturating_sub(1))
+        }
+    };
+    let pools: Vec<String> = placement
+        .pools
+        .iter()
+        .map(|p| {
+            format!(
+                "{} ({}) {}, {}",
+                p.name,
+                p.gpu,
+                span("stage", p.stages),
+                span("rank", p.ranks)
+            )
+        })
+        .collect();
+    format!("{}: {}", placement.placement, pools.join("; "))
+}
+
+/// Every placement tried: `pipeline across pools 6.354 s; pool train 16.161 s; …`.
+fn tried_label(placement: &PoolPlacement) -> String {
+    let tried: Vec<String> = placement
+        .tried
+        .iter()
+        .map(|t| match (t.step_time_s, &t.why_not) {
+            (Some(step), _) => format!("{} {step:.3} s", t.placement),
+            (None, Some(why)) => format!("{}: {why}", t.placement),
+            (None, None) => t.placement.clone(),
+        })
+        .collect();
+    tried.join("; ")
+}
+
 pub fn render_markdown(plan: &Plan) -> String {
     let p = &plan.prediction;
     let mut out = String::new();
@@ -218,6 +262,10 @@ pub fn render_markdown(plan: &Plan) -> String {
     let _ = writeln!(out, "| degrees | {} |", degrees_label(plan));
     let _ = writeln!(out, "| batching | {} |", batching_label(plan));
     let _ = writeln!(out, "| stages | {} |", choices_label(plan));
+    if let Some(placement) = &plan.placement {
+        let _ = writeln!(out, "| pools | {} |", pools_label(placement));
+        let _ = writeln!(out, "| placements | {} |", tried_label(placement));
+    }
     let _ = writeln!(
         out,
         "| step time | {:.3} s{} |",

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use rayon::prelude::*;
-use tessel_grammar::Spec;
+use tessel_grammar::{Offload, Recompute, Spec};
 use tessel_symbolic::cost::StageCost;
 
 use crate::bounds::{
@@ -354,10 +354,15 @@ pub fn search(
     factory: Option<ModelFactory<'_>>,
 ) -> Result<SearchResult, PlanError> {
     let keep = keep.max(1);
-    let (configs, counts) = outer_configs(spec);
+    let (mut configs, counts) = outer_configs(spec);
+    let unplaced = configs.len();
+    configs.retain(|outer| {
+        model.places(&outer.strategy("candidate", Recompute::None, Offload::default(), None))
+    });
+    let unplaced = (unplaced - configs.len()) as u64;
     let mut stats = SearchStats {
         candidates_enumerated: counts.enumerated,
-        rejected_divisibility: counts.rejected_divisibility,
+        rejected_divisibility: counts.rejected_divisibility + unplaced,
         rejected_framework: counts.rejected_framework,
         ..SearchStats::default()
     };

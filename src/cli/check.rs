@@ -227,12 +227,41 @@ fn link(l: &Link) -> String {
 }
 
 fn cluster_summary(out: &mut String, c: &ClusterSpec, precision: Precision) {
-    let gpus = c.total_gpus() as f64;
-    let peak = c.gpu.peak.for_precision(precision);
     let _ = writeln!(out, "cluster {}", c.name);
+    if c.pools.is_empty() {
+        hardware_summary(out, c, precision, "  ");
+        return;
+    }
+    let gpus = c.pooled_gpus();
+    let peak: f64 = c
+        .pools
+        .iter()
+        .map(|p| p.gpu.peak.for_precision(precision) * p.total_gpus() as f64)
+        .sum();
     let _ = writeln!(
         out,
-        "  {:<16}{} × {} ({} node{} × {})",
+        "  {:<16}{gpus} in {} pools, {} {} peak",
+        "GPUs",
+        c.pools.len(),
+        si(peak, "FLOP/s"),
+        precision_name(precision)
+    );
+    if let Some(between) = &c.between_pools {
+        let _ = writeln!(out, "  {:<16}{}", "between pools", link(between));
+    }
+    for pool in &c.pools {
+        let _ = writeln!(out, "  pool {}", pool.name);
+        hardware_summary(out, pool, precision, "    ");
+    }
+}
+
+/// The GPUs, memory, peak, links and host of a cluster of one GPU type, each line indented.
+fn hardware_summary(out: &mut String, c: &ClusterSpec, precision: Precision, indent: &str) {
+    let gpus = c.total_gpus() as f64;
+    let peak = c.gpu.peak.for_precision(precision);
+    let _ = writeln!(
+        out,
+        "{indent}{:<16}{} × {} ({} node{} × {})",
         "GPUs",
         c.total_gpus(),
         c.gpu.name,
@@ -242,33 +271,33 @@ fn cluster_summary(out: &mut String, c: &ClusterSpec, precision: Precision) {
     );
     let _ = writeln!(
         out,
-        "  {:<16}{} per GPU, {} total",
+        "{indent}{:<16}{} per GPU, {} total",
         "memory",
         bytes(c.gpu.memory),
         bytes(c.gpu.memory * gpus)
     );
     let _ = writeln!(
         out,
-        "  {:<16}{} per GPU, {} total",
+        "{indent}{:<16}{} per GPU, {} total",
         format!("peak {}", precision_name(precision)),
         si(peak, "FLOP/s"),
         si(peak * gpus, "FLOP/s")
     );
     let _ = writeln!(
         out,
-        "  {:<16}{} per GPU",
+        "{indent}{:<16}{} per GPU",
         "HBM",
         si(c.gpu.hbm_bandwidth, "B/s")
     );
     if c.gpus_per_node > 1 {
-        let _ = writeln!(out, "  {:<16}{}", "intra-node", link(&c.intra_node));
+        let _ = writeln!(out, "{indent}{:<16}{}", "intra-node", link(&c.intra_node));
     }
     if c.nodes > 1 {
-        let _ = writeln!(out, "  {:<16}{}", "inter-node", link(&c.inter_node));
+        let _ = writeln!(out, "{indent}{:<16}{}", "inter-node", link(&c.inter_node));
     }
     let _ = writeln!(
         out,
-        "  {:<16}{} per GPU to host, {} host memory per node",
+        "{indent}{:<16}{} per GPU to host, {} host memory per node",
         "host",
         si(c.host_link, "B/s"),
         bytes(c.host_memory)

@@ -134,6 +134,9 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(spec) => spec,
         Err(code) => return code,
     };
+    if let Err(code) = super::refuse_pools("estimate", &spec) {
+        return code;
+    }
     let strategy = match args.strategy.resolve(&spec, &args.spec) {
         Ok(strategy) => strategy,
         Err(code) => return code,

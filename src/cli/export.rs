@@ -113,6 +113,7 @@ fn from_plan(args: &Args, text: &str) -> Result<(Spec, Strategy, Vec<String>), E
         eprintln!("error: `{}`: {error}", args.input.display());
         ExitCode::from(EXIT_BAD_INPUT)
     })?;
+    super::refuse_pools("export", &plan.spec)?;
     let (mut strategy, notes) = plan_strategy(&plan);
     // The plan's file name says more than the planner's generic `plan` in the target's header.
     if let Some(stem) = args.input.file_stem().and_then(|s| s.to_str()) {

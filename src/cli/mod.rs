@@ -73,6 +73,13 @@ impl ClusterArgs {
     /// The cluster resized, or why it cannot be.
     pub fn apply(&self, spec: &mut Spec) -> Result<(), String> {
         let cluster = &mut spec.cluster;
+        if !cluster.pools.is_empty() && (self.gpus.is_some() || self.nodes.is_some()) {
+            return Err(format!(
+                "cluster `{}` is made of pools; set each pool's `nodes` in the spec instead of \
+                 --gpus or --nodes",
+                cluster.name
+            ));
+        }
         let per_node = cluster.gpus_per_node;
         match (self.gpus, self.nodes) {
             (Some(0), _) | (_, Some(0)) => Err("--gpus and --nodes must be at least 1".into()),
@@ -96,6 +103,27 @@ impl ClusterArgs {
             (None, None) => Ok(()),
         }
     }
+}
+
+/// Refuses (exit 1) what `command` cannot do on a cluster made of pools: it costs, exports or
+/// runs one GPU type. A plan on one pool names a cluster of one type and passes.
+pub fn refuse_pools(command: &str, spec: &Spec) -> Result<(), ExitCode> {
+    if spec.cluster.pools.is_empty() {
+        return Ok(());
+    }
+    eprintln!(
+        "error: cluster `{}` is made of pools ({}); `tessel {command}` works on one GPU type — \
+         `tessel plan` places work across pools, and a plan it makes on one pool works here as \
+         any plan does",
+        spec.cluster.name,
+        spec.cluster
+            .pools
+            .iter()
+            .map(|p| format!("{} × {}", p.total_gpus(), p.gpu.name))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    );
+    Err(ExitCode::from(EXIT_BAD_INPUT))
 }
 
 /// Loads a spec with a `train` block and resizes its cluster, or prints why it cannot.

@@ -10,8 +10,9 @@ use std::time::Instant;
 
 use tessel_grammar::Spec;
 use tessel_planner::{
-    plan, plan_fixed, render_explain, render_markdown, render_table, render_validated_alternative,
-    Objective, Plan, PlanError, PlanOptions, SearchProgress, StageCostModel,
+    estimate_placed, plan, plan_fixed, plan_on_pools, render_explain, render_markdown,
+    render_table, render_validated_alternative, Objective, Plan, PlanError, PlanOptions,
+    SearchProgress, StageCostModel,
 };
 use tessel_symbolic::cost::CostModel;
 
@@ -93,6 +94,15 @@ pub fn run(args: &Args) -> ExitCode {
         }
     };
     let planned = if args.is_fixed() {
+        if !spec.cluster.pools.is_empty() {
+            eprintln!(
+                "error: {}: cluster `{}` is made of pools; a fixed strategy runs on one GPU type — \
+                 let `tessel plan` place the work, or write a spec for one pool",
+                args.spec.display(),
+                spec.cluster.name
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
         match args.fixed.resolve(&spec, &args.spec) {
             Ok(strategy) => plan_fixed(&spec, &model, &strategy),
             Err(code) => return code,
@@ -105,7 +115,7 @@ pub fn run(args: &Args) -> ExitCode {
         Err(error) => return plan_error(&args.spec, &error),
     };
     if let Some(committed) = &args.check {
-        return check(committed, &plan, &model, args.threshold);
+        return check(committed, &plan, &spec, &model, args.threshold);
     }
     let shown = match args.format {
         Format::Table => render_table(&plan),
@@ -173,7 +183,11 @@ pub fn search(
         objective,
         validated_only,
     };
-    let outcome = plan(spec, model, &options);
+    let outcome = if spec.cluster.pools.is_empty() {
+        plan(spec, model, &options)
+    } else {
+        plan_on_pools(spec, &options)
+    };
     if shown.into_inner().unwrap_or(false) {
         eprintln!();
     }
@@ -196,6 +210,7 @@ fn plan_error(spec_path: &std::path::Path, error: &PlanError) -> ExitCode {
 fn check(
     committed_path: &std::path::Path,
     fresh: &Plan,
+    spec: &Spec,
     model: &CostModel,
     threshold_pct: f64,
 ) -> ExitCode {
@@ -219,7 +234,14 @@ fn check(
         return ExitCode::from(EXIT_REGRESSION);
     }
     let objective = fresh.objective;
-    let old = match model.estimate(&committed.strategy()) {
+    let estimate = if spec.cluster.pools.is_empty() {
+        model
+            .estimate(&committed.strategy())
+            .map_err(|e| e.to_string())
+    } else {
+        estimate_placed(spec, &committed)
+    };
+    let old = match estimate {
         Ok(estimate) => objective.ranked_step_time(&estimate),
         Err(error) => {
             println!("stale: {name} no longer describes a valid configuration: {error}");

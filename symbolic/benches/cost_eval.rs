@@ -64,6 +64,8 @@ fn spec() -> Spec {
             host_link: 25e9,
             host_memory: 2e12,
             calibration: None,
+            pools: Vec::new(),
+            between_pools: None,
         },
         train: TrainSpec {
             seq_len: 2048,

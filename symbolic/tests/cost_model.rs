@@ -67,6 +67,8 @@ fn selene(nodes: u64) -> ClusterSpec {
         host_link: 25e9,
         host_memory: 1e12,
         calibration: None,
+        pools: Vec::new(),
+        between_pools: None,
     }
 }
 

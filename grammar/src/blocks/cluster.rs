@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::ast::Name;
+use crate::ast::{Name, POOL_PREFIX};
 use crate::blocks::gpu::GpuDef;
 use crate::calibration_file::read_calibration_file;
 use crate::diagnostic::Problem;
@@ -47,7 +47,84 @@ pub enum GpuLookup<'a> {
     Unknown(Problem),
 }
 
+/// What a cluster made of pools may set beside its `pool` blocks.
+pub const POOLED_FIELDS: &[&str] = &["between_pools"];
+
+/// A cluster: of one GPU type, or made of `pool NAME { … }` blocks, each read as a cluster of
+/// its own (the same fields, defaults and errors), with `between_pools` the link between them
+/// (when not given: the slowest of the pools' inter-node links).
 pub fn lower<'a>(
+    name: &str,
+    f: &mut Fields,
+    find_gpu: &dyn Fn(&Name) -> GpuLookup<'a>,
+    spec_dir: &Path,
+) -> Option<ClusterSpec> {
+    let pools = f.take_pools();
+    if pools.is_empty() {
+        return lower_one(name, f, find_gpu, spec_dir);
+    }
+    let before = f.problems.len();
+    for key in FIELDS {
+        if let Some(value) = f.get(key) {
+            let span = value.span;
+            f.problems.push(
+                Problem::new(
+                    span,
+                    format!("`{key}` is set per pool in cluster `{name}`, which is made of pools"),
+                )
+                .with_help(format!("move `{key}` into each `pool` block that needs it")),
+            );
+        }
+    }
+    let own: Vec<&str> = POOLED_FIELDS.iter().chain(FIELDS).copied().collect();
+    f.reject_unknown(&own);
+    let between = link(f, "between_pools", DEFAULT_INTER_NODE_LATENCY, Some(false));
+    let mut lowered = Vec::with_capacity(pools.len());
+    for pool in &pools {
+        let pool_name = &pool.key.text[POOL_PREFIX.len()..];
+        let Some(mut record) = Fields::record(
+            &pool.key.text,
+            &pool.value,
+            "{ gpu = H100_SXM; nodes = 2; gpus_per_node = 8 }",
+            f.problems,
+        ) else {
+            continue;
+        };
+        record.owner = format!("pool `{pool_name}` of cluster `{name}`");
+        record.anchor = pool.key.span;
+        lowered.push(lower_one(pool_name, &mut record, find_gpu, spec_dir));
+    }
+    if f.problems.len() > before {
+        return None;
+    }
+    let pools: Vec<ClusterSpec> = lowered.into_iter().collect::<Option<_>>()?;
+    let first = pools[0].clone();
+    if pools.len() == 1 {
+        return Some(ClusterSpec {
+            name: name.to_string(),
+            ..first
+        });
+    }
+    let between_pools = between.unwrap_or_else(|| Link {
+        bandwidth: pools
+            .iter()
+            .map(|p| p.inter_node.bandwidth)
+            .fold(f64::INFINITY, f64::min),
+        latency: pools
+            .iter()
+            .map(|p| p.inter_node.latency)
+            .fold(0.0, f64::max),
+    });
+    Some(ClusterSpec {
+        name: name.to_string(),
+        pools,
+        between_pools: Some(between_pools),
+        ..first
+    })
+}
+
+/// A cluster of one GPU type (or one pool of a cluster).
+fn lower_one<'a>(
     name: &str,
     f: &mut Fields,
     find_gpu: &dyn Fn(&Name) -> GpuLookup<'a>,
@@ -134,6 +211,8 @@ pub fn lower<'a>(
             .unwrap_or(DEFAULT_HOST_MEMORY_PER_GPU_MEMORY * gpus_per_node as f64 * gpu.spec.memory),
         gpu: gpu.spec.clone(),
         calibration,
+        pools: Vec::new(),
+        between_pools: None,
     })
 }
 

@@ -50,6 +50,8 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             host_link: 55e9,
             host_memory: 2e12,
             calibration: None,
+            pools: Vec::new(),
+            between_pools: None,
         },
         train: TrainSpec {
             seq_len: 2048,

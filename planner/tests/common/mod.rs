@@ -112,6 +112,8 @@ pub fn h100_cluster(nodes: u64, gpus_per_node: u64, memory_gib: f64) -> ClusterS
         host_link: 55e9,
         host_memory: 2048.0 * GIB,
         calibration: None,
+        pools: Vec::new(),
+        between_pools: None,
     }
 }
 

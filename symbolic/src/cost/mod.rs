@@ -10,6 +10,7 @@ mod memory;
 mod model;
 mod overrides;
 mod parameters;
+mod pools;
 mod report;
 mod slots;
 mod stage_exprs;
@@ -21,6 +22,7 @@ pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};
 pub use overrides::StrategyOverrides;
+pub use pools::{pipeline_order, pool_spec, pooled_search_spec, PooledCostModel};
 pub use report::{
     estimate_json, render_estimate_json, render_estimate_table, round6, step_interval_label,
 };

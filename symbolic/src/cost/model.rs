@@ -187,7 +187,6 @@ impl CostModel {
     pub fn estimate(&self, strategy: &Strategy) -> Result<Estimate, CostError> {
         validate_strategy(&self.spec, strategy)?;
         let layers = stage_layers(&self.spec, strategy);
-        let m = microbatches(&self.spec, strategy).max(1) as f64;
         let outputs: Vec<StageOutputs> = layers
             .iter()
             .enumerate()
@@ -201,74 +200,114 @@ impl CostModel {
                 )
             })
             .collect();
-        let costs: Vec<StageCost> = outputs.iter().map(|o| stage_cost_from_outputs(o)).collect();
-        let shape = self.pipeline_shape(strategy);
-        let step = shape.step_time(&costs);
-        if !step.is_finite() || step <= 0.0 {
-            return Err(CostError::strategy(
-                &strategy.name,
-                "the predicted step time is not a positive number",
-            ));
-        }
-        let critical = argmax(costs.iter().map(|c| c.microbatch_s));
-        let tail_stage = argmax(costs.iter().map(|c| c.tail_s));
-        let pipeline_part = step - costs[tail_stage].tail_s;
-        let mut time = per_microbatch_breakdown(&outputs[critical], m);
-        add_tail(&mut time, &outputs[tail_stage]);
-        time.bubble = (pipeline_part - m * costs[critical].microbatch_s).max(0.0);
-
-        let stages: Vec<StageEstimate> = outputs
-            .iter()
-            .zip(&costs)
-            .enumerate()
-            .map(|(stage, (out, cost))| {
-                let mut stage_time = per_microbatch_breakdown(out, m);
-                add_tail(&mut stage_time, out);
-                stage_time.bubble = (step - stage_time.total()).max(0.0);
-                StageEstimate {
-                    stage: stage as u64,
-                    layers: layers[stage],
-                    memory: scale_memory(&cost.memory, 1.0 / GIB),
-                    time: stage_time,
-                }
-            })
-            .collect();
-
-        let spec = &self.spec;
-        let gpus = spec.cluster.total_gpus() as f64;
-        let tokens_per_step = (spec.train.global_batch * spec.train.seq_len) as f64;
-        let tokens_per_s = tokens_per_step / step;
-        let model_flops_per_token = spec.model.training_flops_per_token(spec.train.seq_len);
-        let recompute_flops_per_token = recompute_flops_per_token(spec, strategy, &layers);
-        let peak = peak_for(spec);
-        let model_flops = model_flops_per_token * tokens_per_s / gpus;
-        let hardware_flops =
-            (model_flops_per_token + recompute_flops_per_token) * tokens_per_s / gpus;
-        let peak_memory = costs.iter().map(|c| c.memory.total()).fold(0.0, f64::max);
-        Ok(Estimate {
-            step_time_s: step,
-            tokens_per_s,
-            tokens_per_s_per_gpu: tokens_per_s / gpus,
-            model_tflops_per_gpu: model_flops / 1e12,
-            hardware_tflops_per_gpu: hardware_flops / 1e12,
-            mfu: model_flops / peak,
-            hfu: hardware_flops / peak,
-            peak_memory_gib: peak_memory / GIB,
-            memory_capacity_gib: self.memory_capacity() / GIB,
-            fits: peak_memory <= self.memory_capacity(),
-            time,
-            stages,
-            interval: Some(PredictionInterval::around(
-                step,
-                tokens_per_s,
-                &RunTraits::of(spec, strategy),
-            )),
-        })
+        let capacities = vec![self.memory_capacity(); outputs.len()];
+        assemble_estimate(
+            &self.spec,
+            strategy,
+            &StagedWork {
+                layers: &layers,
+                outputs: &outputs,
+                capacities: &capacities,
+                peak_per_gpu: peak_for(&self.spec),
+            },
+            self.pipeline_shape(strategy),
+        )
     }
 }
 
+/// What every stage of a fixed configuration costs, from which a step's prediction is made.
+pub(crate) struct StagedWork<'a> {
+    pub layers: &'a [u64],
+    pub outputs: &'a [StageOutputs],
+    /// Usable bytes per GPU of each stage.
+    pub capacities: &'a [f64],
+    /// The dense peak at the training precision, averaged over the GPUs.
+    pub peak_per_gpu: f64,
+}
+
+/// The prediction of a step from its stages' outputs: the step time the pipeline shape gives,
+/// the critical stage's breakdown, throughput and utilisation over `spec`'s GPUs, and the
+/// memory of the stage nearest its capacity.
+pub(crate) fn assemble_estimate(
+    spec: &Spec,
+    strategy: &Strategy,
+    work: &StagedWork<'_>,
+    shape: PipelineShape,
+) -> Result<Estimate, CostError> {
+    let (layers, outputs) = (work.layers, work.outputs);
+    let m = microbatches(spec, strategy).max(1) as f64;
+    let costs: Vec<StageCost> = outputs.iter().map(|o| stage_cost_from_outputs(o)).collect();
+    let step = shape.step_time(&costs);
+    if !step.is_finite() || step <= 0.0 {
+        return Err(CostError::strategy(
+            &strategy.name,
+            "the predicted step time is not a positive number",
+        ));
+    }
+    let critical = argmax(costs.iter().map(|c| c.microbatch_s));
+    let tail_stage = argmax(costs.iter().map(|c| c.tail_s));
+    let pipeline_part = step - costs[tail_stage].tail_s;
+    let mut time = per_microbatch_breakdown(&outputs[critical], m);
+    add_tail(&mut time, &outputs[tail_stage]);
+    time.bubble = (pipeline_part - m * costs[critical].microbatch_s).max(0.0);
+
+    let stages: Vec<StageEstimate> = outputs
+        .iter()
+        .zip(&costs)
+        .enumerate()
+        .map(|(stage, (out, cost))| {
+            let mut stage_time = per_microbatch_breakdown(out, m);
+            add_tail(&mut stage_time, out);
+            stage_time.bubble = (step - stage_time.total()).max(0.0);
+            StageEstimate {
+                stage: stage as u64,
+                layers: layers[stage],
+                memory: scale_memory(&cost.memory, 1.0 / GIB),
+                time: stage_time,
+            }
+        })
+        .collect();
+
+    let gpus = spec.cluster.total_gpus() as f64;
+    let tokens_per_step = (spec.train.global_batch * spec.train.seq_len) as f64;
+    let tokens_per_s = tokens_per_step / step;
+    let model_flops_per_token = spec.model.training_flops_per_token(spec.train.seq_len);
+    let recompute_flops_per_token = recompute_flops_per_token(spec, strategy, layers);
+    let model_flops = model_flops_per_token * tokens_per_s / gpus;
+    let hardware_flops = (model_flops_per_token + recompute_flops_per_token) * tokens_per_s / gpus;
+    // The stage nearest its capacity speaks for the plan's memory (on one GPU type, the
+    // largest).
+    let binding = argmax(
+        costs
+            .iter()
+            .zip(work.capacities)
+            .map(|(c, capacity)| c.memory.total() / capacity),
+    );
+    let peak_memory = costs[binding].memory.total();
+    let capacity = work.capacities[binding];
+    Ok(Estimate {
+        step_time_s: step,
+        tokens_per_s,
+        tokens_per_s_per_gpu: tokens_per_s / gpus,
+        model_tflops_per_gpu: model_flops / 1e12,
+        hardware_tflops_per_gpu: hardware_flops / 1e12,
+        mfu: model_flops / work.peak_per_gpu,
+        hfu: hardware_flops / work.peak_per_gpu,
+        peak_memory_gib: peak_memory / GIB,
+        memory_capacity_gib: capacity / GIB,
+        fits: peak_memory <= capacity,
+        time,
+        stages,
+        interval: Some(PredictionInterval::around(
+            step,
+            tokens_per_s,
+            &RunTraits::of(spec, strategy),
+        )),
+    })
+}
+
 /// The GPU's dense peak at the training precision (fp32 trains on TF32 tensor cores).
-fn peak_for(spec: &Spec) -> f64 {
+pub(crate) fn peak_for(spec: &Spec) -> f64 {
     let peak = &spec.cluster.gpu.peak;
     match spec.train.precision {
         Precision::Fp32 => peak.tf32.max(peak.fp32),
@@ -408,7 +447,7 @@ fn argmax(values: impl Iterator<Item = f64>) -> usize {
     best
 }
 
-fn stage_cost_from_outputs(out: &[f64]) -> StageCost {
+pub(crate) fn stage_cost_from_outputs(out: &[f64]) -> StageCost {
     let sum = |list: &[Output]| list.iter().map(|o| out[o.index()]).sum::<f64>();
     StageCost {
         microbatch_s: sum(&Output::MICROBATCH),

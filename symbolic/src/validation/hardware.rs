@@ -194,5 +194,7 @@ pub fn cluster_for(source: &str, gpu_column: &str, gpu: GpuSpec, gpus: u64) -> C
         host_link: fabric.host * GB,
         host_memory: 1024.0 * GIB,
         calibration: None,
+        pools: Vec::new(),
+        between_pools: None,
     }
 }

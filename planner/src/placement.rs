@@ -1,0 +1,166 @@
+//! Plans for a cluster made of pools of different GPUs: where the work goes.
+//!
+//! Placements tried: one pipeline through every pool (each stage on one pool, the MILP giving
+//! each stage the layers its pool sustains, see `tessel_symbolic::cost::PooledCostModel`), and
+//! each pool alone. The plan is the placement predicted fastest (the global batch is the same,
+//! so the step time decides); it lists every placement tried with its step time or why it has
+//! none, so that a plan on one pool says why the others lost.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tessel_grammar::Spec;
+use tessel_symbolic::cost::{pipeline_order, pool_spec, CostModel, Estimate, PooledCostModel};
+
+use crate::error::PlanError;
+use crate::plan::{spec_digest, Plan};
+use crate::planning::{plan, PlanOptions, PlanOutcome};
+
+/// The placement name of one pipeline through every pool.
+pub const ACROSS_POOLS: &str = "pipeline across pools";
+
+/// Where a plan on a cluster of pools runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolPlacement {
+    /// [`ACROSS_POOLS`], or `pool NAME` for one pool alone.
+    pub placement: String,
+    /// The pools the plan uses, in pipeline order, with the ranks and stages on each.
+    pub pools: Vec<PlacedPool>,
+    /// Every placement tried.
+    pub tried: Vec<PlacementOutcome>,
+}
+
+/// One pool of a plan: global ranks `[first, last)` and pipeline stages `[first, last)`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlacedPool {
+    pub name: String,
+    pub gpu: String,
+    pub ranks: [u64; 2],
+    pub stages: [u64; 2],
+}
+
+/// A placement's best plan, or why it has none.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlacementOutcome {
+    pub placement: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_time_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+}
+
+/// Plans a spec whose cluster has pools: every placement, the fastest kept.
+pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutcome, PlanError> {
+    let started = Instant::now();
+    let cost_error = |message: String| PlanError::CostModel { message };
+    // "Nothing fits" suggestions resize a homogeneous cluster; a placement that fits nowhere
+    // is reported here instead.
+    let options = PlanOptions {
+        model_for_spec: None,
+        ..*options
+    };
+    let mut outcomes: Vec<(String, Result<PlanOutcome, PlanError>)> = Vec::new();
+    let across = PooledCostModel::new(spec).map_err(|e| cost_error(e.to_string()))?;
+    outcomes.push((
+        ACROSS_POOLS.to_string(),
+        plan(across.search_spec(), &across, &options),
+    ));
+    for pool in pipeline_order(&spec.cluster) {
+        let one = pool_spec(spec, pool);
+        let outcome = CostModel::new(&one)
+            .map_err(|e| cost_error(e.to_string()))
+            .and_then(|model| plan(&one, &model, &options));
+        outcomes.push((format!("pool {}", pool.name), outcome));
+    }
+    let tried: Vec<PlacementOutcome> = outcomes
+        .iter()
+        .map(|(placement, outcome)| PlacementOutcome {
+            placement: placement.clone(),
+            step_time_s: outcome.as_ref().ok().map(|o| o.plan.prediction.step_time_s),
+            why_not: outcome.as_ref().err().map(|e| first_line(&e.to_string())),
+        })
+        .collect();
+    let best = outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, o))| o.as_ref().ok().map(|o| (i, o.plan.prediction.step_time_s)))
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(i, _)| i);
+    let Some(best) = best else {
+        // Nothing fits anywhere: the pipeline's own explanation says what is short.
+        return outcomes.swap_remove(0).1;
+    };
+    let (placement, outcome) = outcomes.swap_remove(best);
+    let mut outcome = outcome?;
+    let plan = &mut outcome.plan;
+    let per_stage = plan.config.tp * plan.config.cp * plan.config.dp;
+    let pools: Vec<PlacedPool> = if placement == ACROSS_POOLS {
+        let counts = across.stages_per_pool(&plan.strategy()).unwrap_or_default();
+        let mut first = 0;
+        pipeline_order(&spec.cluster)
+            .into_iter()
+            .zip(counts)
+            .map(|(pool, count)| {
+                let placed = PlacedPool {
+                    name: pool.name.clone(),
+                    gpu: pool.gpu.name.clone(),
+                    ranks: [first * per_stage, (first + count) * per_stage],
+                    stages: [first, first + count],
+                };
+                first += count;
+                placed
+            })
+            .collect()
+    } else {
+        let name = placement.strip_prefix("pool ").unwrap_or(&placement);
+        let pool = spec
+            .cluster
+            .pool(name)
+            .expect("a placement names one of the spec's pools");
+        vec![PlacedPool {
+            name: pool.name.clone(),
+            gpu: pool.gpu.name.clone(),
+            ranks: [0, pool.total_gpus()],
+            stages: [0, plan.config.pp],
+        }]
+    };
+    // The plan is the user's spec's, whatever cluster view its search ran on.
+    plan.spec_digest = spec_digest(spec);
+    plan.placement = Some(PoolPlacement {
+        placement,
+        pools,
+        tried,
+    });
+    outcome.timings.wall_s = started.elapsed().as_secs_f64();
+    Ok(outcome)
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").to_string()
+}
+
+/// What the cost model predicts today for a plan made on a cluster of pools, under the
+/// placement the plan records (for `plan --check`).
+pub fn estimate_placed(spec: &Spec, plan: &Plan) -> Result<Estimate, String> {
+    let placement = plan
+        .placement
+        .as_ref()
+        .ok_or_else(|| "the plan records no placement on the cluster's pools".to_string())?;
+    let strategy = plan.strategy();
+    if placement.placement == ACROSS_POOLS {
+        return PooledCostModel::new(spec)
+            .and_then(|model| model.estimate(&strategy))
+            .map_err(|e| e.to_string());
+    }
+    let name = placement
+        .placement
+        .strip_prefix("pool ")
+        .unwrap_or(&placement.placement);
+    let pool = spec
+        .cluster
+        .pool(name)
+        .ok_or_else(|| format!("the spec's cluster has no pool `{name}`"))?;
+    CostModel::new(&pool_spec(spec, pool))
+        .and_then(|model| model.estimate(&strategy))
+        .map_err(|e| e.to_string())
+}
