@@ -8,8 +8,9 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use tessel_grammar::Spec;
+use tessel_grammar::{ClusterSpec, Spec};
 use tessel_symbolic::cost::{pipeline_order, pool_spec, CostModel, Estimate, PooledCostModel};
 
 use crate::error::PlanError;
@@ -59,19 +60,26 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
         model_for_spec: None,
         ..*options
     };
-    let mut outcomes: Vec<(String, Result<PlanOutcome, PlanError>)> = Vec::new();
     let across = PooledCostModel::new(spec).map_err(|e| cost_error(e.to_string()))?;
-    outcomes.push((
-        ACROSS_POOLS.to_string(),
-        plan(across.search_spec(), &across, &options),
-    ));
-    for pool in pipeline_order(&spec.cluster) {
-        let one = pool_spec(spec, pool);
-        let outcome = CostModel::new(&one)
-            .map_err(|e| cost_error(e.to_string()))
-            .and_then(|model| plan(&one, &model, &options));
-        outcomes.push((format!("pool {}", pool.name), outcome));
-    }
+    let mut placements: Vec<Option<&ClusterSpec>> = vec![None];
+    placements.extend(pipeline_order(&spec.cluster).into_iter().map(Some));
+    // The placements' searches are independent: they run side by side.
+    let mut outcomes: Vec<(String, Result<PlanOutcome, PlanError>)> = placements
+        .par_iter()
+        .map(|placement| match placement {
+            None => (
+                ACROSS_POOLS.to_string(),
+                plan(across.search_spec(), &across, &options),
+            ),
+            Some(pool) => {
+                let one = pool_spec(spec, pool);
+                let outcome = CostModel::new(&one)
+                    .map_err(|e| cost_error(e.to_string()))
+                    .and_then(|model| plan(&one, &model, &options));
+                (format!("pool {}", pool.name), outcome)
+            }
+        })
+        .collect();
     let tried: Vec<PlacementOutcome> = outcomes
         .iter()
         .map(|(placement, outcome)| PlacementOutcome {

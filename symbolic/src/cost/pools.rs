@@ -160,15 +160,24 @@ impl PooledCostModel {
 
     /// The pool (index in pipeline order) that runs `stage`.
     pub fn stage_pool(&self, strategy: &Strategy, stage: u64) -> Option<usize> {
-        let counts = self.stages_per_pool(strategy)?;
+        let per_stage = strategy.tp * strategy.cp * strategy.dp;
+        if per_stage == 0 {
+            return None;
+        }
         let mut first = 0;
-        for (pool, count) in counts.iter().enumerate() {
-            if stage < first + count {
-                return Some(pool);
+        let mut found = None;
+        for (pool, p) in self.pools.iter().enumerate() {
+            if !p.gpus.is_multiple_of(per_stage) {
+                return None;
+            }
+            let count = p.gpus / per_stage;
+            if found.is_none() && stage < first + count {
+                found = Some(pool);
             }
             first += count;
         }
-        None
+        // Every pool must hold whole stages, and together exactly the pipeline's.
+        found.filter(|_| first == strategy.pp)
     }
 
     /// Every output of one stage: its pool's, with the pipeline sends of a stage next to another
