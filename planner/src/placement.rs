@@ -61,29 +61,27 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
         ..*options
     };
     let across = PooledCostModel::new(spec).map_err(|e| cost_error(e.to_string()))?;
+    // `None`: the pipeline across every pool; a pool: that pool alone.
     let mut placements: Vec<Option<&ClusterSpec>> = vec![None];
     placements.extend(pipeline_order(&spec.cluster).into_iter().map(Some));
     // The placements' searches are independent: they run side by side.
-    let mut outcomes: Vec<(String, Result<PlanOutcome, PlanError>)> = placements
+    let mut outcomes: Vec<Result<PlanOutcome, PlanError>> = placements
         .par_iter()
         .map(|placement| match placement {
-            None => (
-                ACROSS_POOLS.to_string(),
-                plan(across.search_spec(), &across, &options),
-            ),
+            None => plan(across.search_spec(), &across, &options),
             Some(pool) => {
                 let one = pool_spec(spec, pool);
-                let outcome = CostModel::new(&one)
+                CostModel::new(&one)
                     .map_err(|e| cost_error(e.to_string()))
-                    .and_then(|model| plan(&one, &model, &options));
-                (format!("pool {}", pool.name), outcome)
+                    .and_then(|model| plan(&one, &model, &options))
             }
         })
         .collect();
-    let tried: Vec<PlacementOutcome> = outcomes
+    let tried: Vec<PlacementOutcome> = placements
         .iter()
-        .map(|(placement, outcome)| PlacementOutcome {
-            placement: placement.clone(),
+        .zip(&outcomes)
+        .map(|(&placement, outcome)| PlacementOutcome {
+            placement: placement_name(placement),
             step_time_s: outcome.as_ref().ok().map(|o| o.plan.prediction.step_time_s),
             why_not: outcome.as_ref().err().map(|e| first_line(&e.to_string())),
         })
@@ -91,56 +89,54 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
     let best = outcomes
         .iter()
         .enumerate()
-        .filter_map(|(i, (_, o))| o.as_ref().ok().map(|o| (i, o.plan.prediction.step_time_s)))
+        .filter_map(|(i, o)| o.as_ref().ok().map(|o| (i, o.plan.prediction.step_time_s)))
         .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
         .map(|(i, _)| i);
     let Some(best) = best else {
         // Nothing fits anywhere: the pipeline's own explanation says what is short.
-        return outcomes.swap_remove(0).1;
+        return outcomes.swap_remove(0);
     };
-    let (placement, outcome) = outcomes.swap_remove(best);
-    let mut outcome = outcome?;
+    let mut outcome = outcomes.swap_remove(best)?;
     let plan = &mut outcome.plan;
-    let per_stage = plan.config.tp * plan.config.cp * plan.config.dp;
-    let pools: Vec<PlacedPool> = if placement == ACROSS_POOLS {
-        let counts = across.stages_per_pool(&plan.strategy()).unwrap_or_default();
-        let mut first = 0;
-        pipeline_order(&spec.cluster)
+    // The pools used, in pipeline order, with the stages each holds.
+    let used: Vec<(&ClusterSpec, u64)> = match placements[best] {
+        None => pipeline_order(&spec.cluster)
             .into_iter()
-            .zip(counts)
-            .map(|(pool, count)| {
-                let placed = PlacedPool {
-                    name: pool.name.clone(),
-                    gpu: pool.gpu.name.clone(),
-                    ranks: [first * per_stage, (first + count) * per_stage],
-                    stages: [first, first + count],
-                };
-                first += count;
-                placed
-            })
-            .collect()
-    } else {
-        let name = placement.strip_prefix("pool ").unwrap_or(&placement);
-        let pool = spec
-            .cluster
-            .pool(name)
-            .expect("a placement names one of the spec's pools");
-        vec![PlacedPool {
-            name: pool.name.clone(),
-            gpu: pool.gpu.name.clone(),
-            ranks: [0, pool.total_gpus()],
-            stages: [0, plan.config.pp],
-        }]
+            .zip(across.stages_per_pool(&plan.strategy()).unwrap_or_default())
+            .collect(),
+        Some(pool) => vec![(pool, plan.config.pp)],
     };
+    let per_stage = plan.config.tp * plan.config.cp * plan.config.dp;
+    let mut first = 0;
+    let pools = used
+        .into_iter()
+        .map(|(pool, count)| {
+            let placed = PlacedPool {
+                name: pool.name.clone(),
+                gpu: pool.gpu.name.clone(),
+                ranks: [first * per_stage, (first + count) * per_stage],
+                stages: [first, first + count],
+            };
+            first += count;
+            placed
+        })
+        .collect();
     // The plan is the user's spec's, whatever cluster view its search ran on.
     plan.spec_digest = spec_digest(spec);
     plan.placement = Some(PoolPlacement {
-        placement,
+        placement: placement_name(placements[best]),
         pools,
         tried,
     });
     outcome.timings.wall_s = started.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+/// [`ACROSS_POOLS`], or `pool NAME` for one pool alone.
+fn placement_name(placement: Option<&ClusterSpec>) -> String {
+    placement.map_or(ACROSS_POOLS.to_string(), |pool| {
+        format!("pool {}", pool.name)
+    })
 }
 
 fn first_line(text: &str) -> String {
@@ -161,9 +157,10 @@ pub fn estimate_placed(spec: &Spec, plan: &Plan) -> Result<Estimate, String> {
             .map_err(|e| e.to_string());
     }
     let name = placement
-        .placement
-        .strip_prefix("pool ")
-        .unwrap_or(&placement.placement);
+        .pools
+        .first()
+        .map(|p| p.name.as_str())
+        .unwrap_or_default();
     let pool = spec
         .cluster
         .pool(name)

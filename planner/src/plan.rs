@@ -160,7 +160,9 @@ pub struct Plan {
     /// SHA-256 of the canonical JSON of the spec the plan was made for.
     pub spec_digest: String,
     /// The resolved spec the plan was made for, so that `launch`, `export`, `report` and
-    /// `diff` need nothing but the plan file.
+    /// `diff` need nothing but the plan file. On a cluster of pools, the spec as the chosen
+    /// placement's search saw it (one pool, or every pool's GPUs in one cluster); the digest
+    /// above is the whole spec's.
     pub spec: Spec,
     pub model: String,
     pub cluster: String,

@@ -84,26 +84,6 @@ fn instance(seed: u64) -> Spec {
     spec
 }
 
-/// Every way to put `layers` layers on `stages` stages, at least `least` each.
-fn splits(layers: u64, stages: u64, least: u64) -> Vec<Vec<u64>> {
-    if stages == 1 {
-        return if layers >= least {
-            vec![vec![layers]]
-        } else {
-            Vec::new()
-        };
-    }
-    let mut all = Vec::new();
-    let most = layers.saturating_sub((stages - 1) * least);
-    for first in least..=most {
-        for mut rest in splits(layers - first, stages - 1, least) {
-            rest.insert(0, first);
-            all.push(rest);
-        }
-    }
-    all
-}
-
 /// The points of one stage no other option beats on both time and tail: any split is at least
 /// as good with one of them, so enumerating their combinations is exhaustive.
 fn pareto(mut points: Vec<StageCost>) -> Vec<StageCost> {

@@ -134,24 +134,6 @@ fn instance(layers: u64, fast: ClusterSpec, slow: ClusterSpec, batch: u64) -> Sp
     spec
 }
 
-fn splits(layers: u64, stages: u64, least: u64) -> Vec<Vec<u64>> {
-    if stages == 1 {
-        return if layers >= least {
-            vec![vec![layers]]
-        } else {
-            Vec::new()
-        };
-    }
-    let mut all = Vec::new();
-    for first in least..=layers.saturating_sub((stages - 1) * least) {
-        for mut rest in splits(layers - first, stages - 1, least) {
-            rest.insert(0, first);
-            all.push(rest);
-        }
-    }
-    all
-}
-
 /// The best step time over every placeable configuration, split and option (one option on
 /// every stage and per stage alike: every combination).
 fn brute_force(spec: &Spec, model: &PooledSynthetic) -> Option<f64> {

@@ -139,3 +139,23 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
         search: SearchSpace::default(),
     }
 }
+
+/// Every way to put `layers` layers on `stages` stages, at least `least` each (the brute-force
+/// tests' splits).
+pub fn splits(layers: u64, stages: u64, least: u64) -> Vec<Vec<u64>> {
+    if stages == 1 {
+        return if layers >= least {
+            vec![vec![layers]]
+        } else {
+            Vec::new()
+        };
+    }
+    let mut all = Vec::new();
+    for first in least..=layers.saturating_sub((stages - 1) * least) {
+        for mut rest in splits(layers - first, stages - 1, least) {
+            rest.insert(0, first);
+            all.push(rest);
+        }
+    }
+    all
+}

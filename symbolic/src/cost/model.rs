@@ -185,56 +185,50 @@ impl CostModel {
 
     /// Predicts one fixed configuration.
     pub fn estimate(&self, strategy: &Strategy) -> Result<Estimate, CostError> {
-        validate_strategy(&self.spec, strategy)?;
-        let layers = stage_layers(&self.spec, strategy);
-        let outputs: Vec<StageOutputs> = layers
-            .iter()
-            .enumerate()
-            .map(|(stage, &count)| {
-                self.stage_outputs(
-                    strategy,
-                    stage as u64,
-                    count,
-                    strategy.recompute_of(stage as u64),
-                    strategy.offload_of(stage as u64),
-                )
-            })
-            .collect();
-        let capacities = vec![self.memory_capacity(); outputs.len()];
-        assemble_estimate(
+        let capacity = self.memory_capacity();
+        estimate_stages(
             &self.spec,
             strategy,
-            &StagedWork {
-                layers: &layers,
-                outputs: &outputs,
-                capacities: &capacities,
-                peak_per_gpu: peak_for(&self.spec),
+            &|stage, layers| {
+                let outputs = self.stage_outputs(
+                    strategy,
+                    stage,
+                    layers,
+                    strategy.recompute_of(stage),
+                    strategy.offload_of(stage),
+                );
+                Ok((outputs, capacity))
             },
+            peak_for(&self.spec),
             self.pipeline_shape(strategy),
         )
     }
 }
 
-/// What every stage of a fixed configuration costs, from which a step's prediction is made.
-pub(crate) struct StagedWork<'a> {
-    pub layers: &'a [u64],
-    pub outputs: &'a [StageOutputs],
-    /// Usable bytes per GPU of each stage.
-    pub capacities: &'a [f64],
-    /// The dense peak at the training precision, averaged over the GPUs.
-    pub peak_per_gpu: f64,
-}
+/// What one stage of a fixed configuration costs and the usable bytes per GPU it has, from
+/// its index and layer count; an error when the stage cannot be costed.
+pub(crate) type StageWork<'a> = dyn Fn(u64, u64) -> Result<(StageOutputs, f64), CostError> + 'a;
 
-/// The prediction of a step from its stages' outputs: the step time the pipeline shape gives,
-/// the critical stage's breakdown, throughput and utilisation over `spec`'s GPUs, and the
-/// memory of the stage nearest its capacity.
-pub(crate) fn assemble_estimate(
+/// The prediction of a step: validates `strategy` against `spec` (whose cluster counts the
+/// GPUs), costs each stage with `stage`, and makes the step time the pipeline shape gives, the
+/// critical stage's breakdown, throughput and utilisation (`peak_per_gpu`: the dense peak at
+/// the training precision, averaged over the GPUs), and the memory of the stage nearest its
+/// capacity.
+pub(crate) fn estimate_stages(
     spec: &Spec,
     strategy: &Strategy,
-    work: &StagedWork<'_>,
+    stage: &StageWork<'_>,
+    peak_per_gpu: f64,
     shape: PipelineShape,
 ) -> Result<Estimate, CostError> {
-    let (layers, outputs) = (work.layers, work.outputs);
+    validate_strategy(spec, strategy)?;
+    let layers = stage_layers(spec, strategy);
+    let (outputs, capacities): (Vec<StageOutputs>, Vec<f64>) = (0..)
+        .zip(&layers)
+        .map(|(index, &count)| stage(index, count))
+        .collect::<Result<Vec<_>, CostError>>()?
+        .into_iter()
+        .unzip();
     let m = microbatches(spec, strategy).max(1) as f64;
     let costs: Vec<StageCost> = outputs.iter().map(|o| stage_cost_from_outputs(o)).collect();
     let step = shape.step_time(&costs);
@@ -272,7 +266,7 @@ pub(crate) fn assemble_estimate(
     let tokens_per_step = (spec.train.global_batch * spec.train.seq_len) as f64;
     let tokens_per_s = tokens_per_step / step;
     let model_flops_per_token = spec.model.training_flops_per_token(spec.train.seq_len);
-    let recompute_flops_per_token = recompute_flops_per_token(spec, strategy, layers);
+    let recompute_flops_per_token = recompute_flops_per_token(spec, strategy, &layers);
     let model_flops = model_flops_per_token * tokens_per_s / gpus;
     let hardware_flops = (model_flops_per_token + recompute_flops_per_token) * tokens_per_s / gpus;
     // The stage nearest its capacity speaks for the plan's memory (on one GPU type, the
@@ -280,19 +274,19 @@ pub(crate) fn assemble_estimate(
     let binding = argmax(
         costs
             .iter()
-            .zip(work.capacities)
+            .zip(&capacities)
             .map(|(c, capacity)| c.memory.total() / capacity),
     );
     let peak_memory = costs[binding].memory.total();
-    let capacity = work.capacities[binding];
+    let capacity = capacities[binding];
     Ok(Estimate {
         step_time_s: step,
         tokens_per_s,
         tokens_per_s_per_gpu: tokens_per_s / gpus,
         model_tflops_per_gpu: model_flops / 1e12,
         hardware_tflops_per_gpu: hardware_flops / 1e12,
-        mfu: model_flops / work.peak_per_gpu,
-        hfu: hardware_flops / work.peak_per_gpu,
+        mfu: model_flops / peak_per_gpu,
+        hfu: hardware_flops / peak_per_gpu,
         peak_memory_gib: peak_memory / GIB,
         memory_capacity_gib: capacity / GIB,
         fits: peak_memory <= capacity,

@@ -11,8 +11,7 @@
 
 use tessel_grammar::{ClusterSpec, Offload, Recompute, Spec, Strategy};
 
-use super::layout::{stage_layers, validate_strategy};
-use super::model::{assemble_estimate, peak_for, StagedWork};
+use super::model::{estimate_stages, peak_for};
 use super::slots::Output;
 use super::{CostError, CostModel, Estimate, PipelineShape, StageCost, StageOutputs};
 
@@ -133,11 +132,6 @@ impl PooledCostModel {
         &self.spec
     }
 
-    /// The pools' names in pipeline order.
-    pub fn pool_names(&self) -> Vec<&str> {
-        self.pools.iter().map(|p| p.name.as_str()).collect()
-    }
-
     /// For each pool in pipeline order, how many stages it holds under `strategy`; `None` when
     /// some pool's GPUs are not a whole number of stages (`tp·cp·dp` GPUs each).
     pub fn stages_per_pool(&self, strategy: &Strategy) -> Option<Vec<u64>> {
@@ -160,24 +154,7 @@ impl PooledCostModel {
 
     /// The pool (index in pipeline order) that runs `stage`.
     pub fn stage_pool(&self, strategy: &Strategy, stage: u64) -> Option<usize> {
-        let per_stage = strategy.tp * strategy.cp * strategy.dp;
-        if per_stage == 0 {
-            return None;
-        }
-        let mut first = 0;
-        let mut found = None;
-        for (pool, p) in self.pools.iter().enumerate() {
-            if !p.gpus.is_multiple_of(per_stage) {
-                return None;
-            }
-            let count = p.gpus / per_stage;
-            if found.is_none() && stage < first + count {
-                found = Some(pool);
-            }
-            first += count;
-        }
-        // Every pool must hold whole stages, and together exactly the pipeline's.
-        found.filter(|_| first == strategy.pp)
+        pool_of(&self.stages_per_pool(strategy)?, stage)
     }
 
     /// Every output of one stage: its pool's, with the pipeline sends of a stage next to another
@@ -190,17 +167,18 @@ impl PooledCostModel {
         recompute: Recompute,
         offload: Offload,
     ) -> Option<StageOutputs> {
-        let pool = self.stage_pool(strategy, stage)?;
+        let counts = self.stages_per_pool(strategy)?;
+        let pool = pool_of(&counts, stage)?;
         let own = &self.pools[pool];
         let mut out = own
             .model
             .stage_outputs(strategy, stage, layers, recompute, offload);
-        let neighbour_elsewhere = |other: Option<u64>| {
+        let elsewhere = |other: Option<u64>| {
             other
-                .and_then(|s| self.stage_pool(strategy, s))
+                .and_then(|s| pool_of(&counts, s))
                 .is_some_and(|p| p != pool)
         };
-        if neighbour_elsewhere(stage.checked_sub(1)) || neighbour_elsewhere(Some(stage + 1)) {
+        if elsewhere(stage.checked_sub(1)) || elsewhere(Some(stage + 1)) {
             let edge = own
                 .edge
                 .stage_outputs(strategy, stage, layers, recompute, offload);
@@ -251,57 +229,55 @@ impl PooledCostModel {
 
     /// Predicts one fixed configuration across the pools.
     pub fn estimate(&self, strategy: &Strategy) -> Result<Estimate, CostError> {
-        validate_strategy(&self.spec, strategy)?;
-        if self.stages_per_pool(strategy).is_none() {
-            let sizes: Vec<String> = self
-                .pools
-                .iter()
-                .map(|p| format!("`{}` {} GPUs", p.name, p.gpus))
-                .collect();
-            return Err(CostError::strategy(
-                &strategy.name,
-                format!(
-                    "tp·cp·dp = {} GPUs per stage does not split the pools ({}) into whole stages",
-                    strategy.tp * strategy.cp * strategy.dp,
-                    sizes.join(", ")
-                ),
-            ));
-        }
-        let layers = stage_layers(&self.spec, strategy);
-        let outputs: Vec<StageOutputs> = layers
-            .iter()
-            .enumerate()
-            .map(|(stage, &count)| {
-                let stage = stage as u64;
-                self.stage_outputs(
-                    strategy,
-                    stage,
-                    count,
-                    strategy.recompute_of(stage),
-                    strategy.offload_of(stage),
-                )
-                .expect("every stage is placed when the pools split into whole stages")
-            })
-            .collect();
-        let capacities: Vec<f64> = (0..layers.len() as u64)
-            .map(|stage| self.stage_memory_capacity(strategy, stage))
-            .collect();
         let gpus: u64 = self.pools.iter().map(|p| p.gpus).sum();
         let peak: f64 = self
             .pools
             .iter()
             .map(|p| peak_for(p.model.spec()) * p.gpus as f64)
             .sum();
-        assemble_estimate(
+        estimate_stages(
             &self.spec,
             strategy,
-            &StagedWork {
-                layers: &layers,
-                outputs: &outputs,
-                capacities: &capacities,
-                peak_per_gpu: peak / gpus as f64,
+            &|stage, layers| {
+                let outputs = self
+                    .stage_outputs(
+                        strategy,
+                        stage,
+                        layers,
+                        strategy.recompute_of(stage),
+                        strategy.offload_of(stage),
+                    )
+                    .ok_or_else(|| self.unplaced(strategy))?;
+                Ok((outputs, self.stage_memory_capacity(strategy, stage)))
             },
+            peak / gpus as f64,
             self.pipeline_shape(strategy),
         )
     }
+
+    /// Why `strategy`'s stages do not lay out on the pools.
+    fn unplaced(&self, strategy: &Strategy) -> CostError {
+        let sizes: Vec<String> = self
+            .pools
+            .iter()
+            .map(|p| format!("`{}` {} GPUs", p.name, p.gpus))
+            .collect();
+        CostError::strategy(
+            &strategy.name,
+            format!(
+                "tp·cp·dp = {} GPUs per stage does not split the pools ({}) into whole stages",
+                strategy.tp * strategy.cp * strategy.dp,
+                sizes.join(", ")
+            ),
+        )
+    }
+}
+
+/// The pool holding `stage` when the pools hold `counts` stages each, in pipeline order.
+fn pool_of(counts: &[u64], stage: u64) -> Option<usize> {
+    let mut first = 0;
+    counts.iter().position(|count| {
+        first += count;
+        stage < first
+    })
 }
