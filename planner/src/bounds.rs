@@ -6,8 +6,9 @@
 //! would be with `lc` layers (`T_lb`). The sum of stage times is at least `T_lb` plus every other
 //! stage's time with `lmin` layers, and at least the least sum of the stages' supporting lines
 //! at `lc` (convexity). The step time is then at least
-//! `sum_weight·Σ_lb + max_weight·T_lb + max tail_min`. The even split gives a feasible step
-//! time, an upper bound.
+//! `sum_weight·Σ_lb + max_weight·T_lb + max tail_min`. When the stages run at different speeds
+//! (pools of different GPUs), `T_lb` is also at least the balanced split's time on the stages'
+//! supporting lines. The even split gives a feasible step time, an upper bound.
 
 use tessel_grammar::{Framework, Offload, Recompute, RecomputeModules, Spec, Strategy};
 use tessel_symbolic::cost::{PipelineShape, StageCost};
@@ -296,9 +297,53 @@ impl OptionProbe {
             .filter(|(_, fits)| **fits)
             .map(|(time, _)| *time)
             .min_by(f64::total_cmp)?;
+        let slowest = slowest.max(self.balanced_lower(layers, lmin));
         let max_min = self.min_time.iter().copied().fold(0.0, f64::max);
         let sum = self.sum_lower(None, layers, lmin, slowest);
         Some(shape.sum_weight * sum + shape.max_weight * slowest.max(max_min) + self.tail_lower)
+    }
+
+    /// Lower bound on the slowest stage's time from the stages' supporting lines: the least
+    /// `T` at which the counts each stage can hold within `T` on its line (at least `lmin`)
+    /// make up `layers`. Stages of equal lines give about their time at `⌈layers/pp⌉`; stages
+    /// of different speeds (pools of different GPUs) the time of the balanced split, where the
+    /// fastest stage's time at `⌈layers/pp⌉` says far less. 0 when a line is missing or not
+    /// rising.
+    pub fn balanced_lower(&self, layers: u64, lmin: u64) -> f64 {
+        let Some(slopes) = self.slopes.iter().copied().collect::<Option<Vec<f64>>>() else {
+            return 0.0;
+        };
+        if slopes.is_empty() || slopes.iter().any(|&slope| slope <= 0.0) {
+            return 0.0;
+        }
+        let line = |stage: usize, count: u64| {
+            self.line_time[stage] + (count as f64 - self.largest as f64) * slopes[stage]
+        };
+        let stages = slopes.len();
+        let most = layers.saturating_sub((stages as u64 - 1) * lmin);
+        // Layers the stages can hold within `t`, each on its line (`None`: one cannot hold its
+        // fewest).
+        let held = |t: f64| -> Option<u64> {
+            (0..stages).try_fold(0u64, |sum, stage| {
+                let spare = (t - line(stage, lmin)) / slopes[stage];
+                (spare >= -1e-9).then(|| sum + lmin + (spare + 1e-9).floor().max(0.0) as u64)
+            })
+        };
+        let mut low = (0..stages).map(|s| line(s, lmin)).fold(0.0, f64::max);
+        let mut high = (0..stages).map(|s| line(s, most)).fold(low, f64::max);
+        if held(low).is_some_and(|count| count >= layers) {
+            return low;
+        }
+        // `low` never holds them all, `high` always does: `low` stays below the least `T`.
+        for _ in 0..60 {
+            let mid = 0.5 * (low + high);
+            if held(mid).is_some_and(|count| count >= layers) {
+                high = mid;
+            } else {
+                low = mid;
+            }
+        }
+        low
     }
 
     /// Lower bound on `Σ t_s` over the stages other than `skip` when they hold `layers` layers

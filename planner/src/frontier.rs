@@ -56,7 +56,8 @@ pub fn add_option_points(
         .filter(|(_, fits)| **fits)
         .map(|(time, _)| *time)
         .min_by(f64::total_cmp)
-        .unwrap_or(0.0);
+        .unwrap_or(0.0)
+        .max(bounds.balanced_lower(layers, lmin));
     let tolerance = cutoff.abs() * 1e-9;
     for (stage, points) in stages.iter_mut().enumerate() {
         for count in lmin..=lmax {

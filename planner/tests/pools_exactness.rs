@@ -245,9 +245,27 @@ fn instances() -> Vec<Spec> {
     ]
 }
 
+/// More two-pool instances: layer counts, pool sizes and memories crossed.
+fn generated() -> Vec<Spec> {
+    let mut specs = Vec::new();
+    for layers in [6, 10, 13] {
+        for (fast_gpus, slow_gpus) in [(2, 2), (2, 6), (4, 4)] {
+            for slow_memory in [10.0, 40.0] {
+                specs.push(instance(
+                    layers,
+                    pool("fast", 1, fast_gpus, false, 80.0),
+                    pool("slow", 1, slow_gpus, true, slow_memory),
+                    16,
+                ));
+            }
+        }
+    }
+    specs
+}
+
 #[test]
 fn a_pipeline_across_pools_matches_brute_force() {
-    for (index, spec) in instances().iter().enumerate() {
+    for (index, spec) in instances().iter().chain(&generated()).enumerate() {
         let model = PooledSynthetic::new(spec);
         let search = model.placement.search_spec().clone();
         let expected = brute_force(&search, &model);
