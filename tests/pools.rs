@@ -1,6 +1,6 @@
 //! A cluster made of pools through the binary: `plan` places the work and records where, `plan
-//! --check` re-predicts it under that placement, and the commands that work on one GPU type
-//! refuse a plan across pools with exit 1.
+//! --check` re-predicts it under that placement, and the commands that cost or export one GPU
+//! type refuse a cluster of pools with exit 1 (a plan across pools launches: tests/replan.rs).
 
 mod common;
 
@@ -70,7 +70,6 @@ fn one_gpu_type_commands_refuse_pools() {
     for args in [
         vec!["estimate", SPEC, "--tp", "1", "--pp", "3", "--dp", "32"],
         vec!["export", plan, "--to", "megatron"],
-        vec!["launch", plan, "--backend", "cpu", "--steps", "1"],
         vec!["plan", SPEC, "--gpus", "32"],
     ] {
         let output = tessel(&args);

@@ -1,5 +1,5 @@
-//! `tessel replan` through the binary: the plan for fewer GPUs, chosen with the cost of moving
-//! counted, and its resharding map against what the runtime actually reads when it resumes a
+//! `tessel replan` through the binary: the plan for fewer or more GPUs (or a grown pool of a
+//! cluster of pools), chosen with the cost of moving counted, and its resharding map against what the runtime actually reads when it resumes a
 //! checkpoint of the old plan under the new one.
 
 mod common;
@@ -25,6 +25,46 @@ fn dense8_on(dir: &Path, nodes: u64) -> std::path::PathBuf {
     let spec = dir.join("dense8.tsl");
     std::fs::write(&spec, text).unwrap();
     spec
+}
+
+/// `tests/launch/dense8.tsl` on a cluster of two pools of one node each: `own`, `own_gpus`
+/// H100s, and `loan`, `loan_gpus` GPUs of type `loan_gpu` behind a 100 Gb/s network; two
+/// pipeline stages and a global batch of 256 (enough work per step that more GPUs pay), written
+/// into `dir`.
+fn dense8_on_pools(
+    dir: &Path,
+    own_gpus: u64,
+    loan_gpus: u64,
+    loan_gpu: &str,
+) -> std::path::PathBuf {
+    let spec = dense8_on(dir, 1);
+    let text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("global_batch = 16", "global_batch = 256")
+        .replace(
+            "cluster two extends dgx_h100 { nodes = 1 }",
+            &format!(
+                "cluster two {{\n  pool own {{ gpu = H100_SXM; nodes = 1; gpus_per_node = {own_gpus}; \
+                 intra_node = {{ bandwidth = 450 GB/s }}; inter_node = {{ bandwidth = 400 Gb/s }} }}\n  \
+                 pool loan {{ gpu = {loan_gpu}; nodes = 1; gpus_per_node = {loan_gpus}; \
+                 intra_node = {{ bandwidth = 32 GB/s }}; inter_node = {{ bandwidth = 100 Gb/s }} }}\n\
+                 between_pools = {{ bandwidth = 100 Gb/s }}\n}}\nsearch {{ tp = 1; pp = 2 }}"
+            ),
+        );
+    std::fs::write(&spec, text).unwrap();
+    spec
+}
+
+/// The pools a plan file's placement uses, by name.
+fn pools_used(plan: &Path) -> Vec<String> {
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(plan).unwrap()).unwrap();
+    plan["placement"]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn path(p: &Path) -> &str {
@@ -98,6 +138,53 @@ fn halving_the_gpus_moves_what_the_runtime_moves() {
         &["--dp", "4", "--tp", "2", "--zero", "1"],
         &["--gpus", "4"],
     );
+}
+
+#[test]
+fn adding_a_pool_moves_what_the_runtime_moves() {
+    // Two stages of equal GPU counts cannot be laid out on 4 + 2 GPUs: the plan runs on `own`
+    // alone. Two more loaned GPUs make a pipeline of one stage on each pool, twice the replicas.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on_pools(dir.path(), 4, 2, "H100_SXM");
+    map_against_runtime(&spec, &[], &["--add", "loan:1"]);
+    assert_eq!(pools_used(&dir.path().join("old.json")), ["own"]);
+    let new = dir.path().join("new.json");
+    assert_eq!(pools_used(&new), ["own", "loan"]);
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&new).unwrap()).unwrap();
+    let loan = &plan["placement"]["cluster"]["pools"][1];
+    assert_eq!(
+        (loan["name"].as_str(), loan["nodes"].as_u64()),
+        (Some("loan"), Some(2))
+    );
+}
+
+#[test]
+fn growing_a_pool_moves_what_the_runtime_moves() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on_pools(dir.path(), 4, 4, "L40S");
+    map_against_runtime(&spec, &[], &["--add", "own:1"]);
+}
+
+#[test]
+fn adding_to_a_pool_the_plan_does_not_have_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dense8_on_pools(dir.path(), 4, 2, "L40S");
+    let old = dir.path().join("old.json");
+    stdout(&tessel(&["plan", path(&spec), "-o", path(&old)]));
+    for (add, says) in [
+        ("spare:1", "no pool `spare`"),
+        ("loan:0", "POOL:NODES"),
+        ("loan", "POOL:NODES"),
+    ] {
+        let out = tessel(&["replan", path(&old), "--add", add]);
+        assert_eq!(out.status.code(), Some(1), "{add}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{add}");
+    }
+    let plain = dense8_on(dir.path(), 1);
+    stdout(&tessel(&["plan", path(&plain), "-o", path(&old)]));
+    let out = tessel(&["replan", path(&old), "--add", "loan:1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no pools"));
 }
 
 #[test]

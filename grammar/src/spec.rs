@@ -235,6 +235,18 @@ impl ClusterSpec {
         }
     }
 
+    /// A cluster made of `pools` (two or more), its own fields those of the first (see
+    /// [`ClusterSpec::pools`]).
+    pub fn of_pools(name: &str, pools: Vec<ClusterSpec>, between_pools: Link) -> ClusterSpec {
+        let first = pools[0].clone();
+        ClusterSpec {
+            name: name.to_string(),
+            pools,
+            between_pools: Some(between_pools),
+            ..first
+        }
+    }
+
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<&ClusterSpec> {
         self.pools.iter().find(|pool| pool.name == name)

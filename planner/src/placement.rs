@@ -14,7 +14,7 @@ use tessel_grammar::{ClusterSpec, Spec};
 use tessel_symbolic::cost::{pipeline_order, pool_spec, CostModel, Estimate, PooledCostModel};
 
 use crate::error::PlanError;
-use crate::plan::{spec_digest, Plan};
+use crate::plan::Plan;
 use crate::planning::{plan, PlanOptions, PlanOutcome};
 
 /// The placement name of one pipeline through every pool.
@@ -23,6 +23,9 @@ pub const ACROSS_POOLS: &str = "pipeline across pools";
 /// Where a plan on a cluster of pools runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PoolPlacement {
+    /// The cluster of pools the plan was made for, as the spec writes it (the plan's own spec
+    /// holds the cluster its placement's search saw): what `replan` grows.
+    pub cluster: ClusterSpec,
     /// [`ACROSS_POOLS`], or `pool NAME` for one pool alone.
     pub placement: String,
     /// The pools the plan uses, in pipeline order, with the ranks and stages on each.
@@ -121,9 +124,8 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
             placed
         })
         .collect();
-    // The plan is the user's spec's, whatever cluster view its search ran on.
-    plan.spec_digest = spec_digest(spec);
     plan.placement = Some(PoolPlacement {
+        cluster: spec.cluster.clone(),
         placement: placement_name(placements[best]),
         pools,
         tried,
@@ -168,4 +170,31 @@ pub fn estimate_placed(spec: &Spec, plan: &Plan) -> Result<Estimate, String> {
     CostModel::new(&pool_spec(spec, pool))
         .and_then(|model| model.estimate(&strategy))
         .map_err(|e| e.to_string())
+}
+
+impl PoolPlacement {
+    /// A plan of `stages` stages on `pool` alone, of the cluster of pools `cluster`, where no
+    /// other placement was tried (a fixed shape re-costed by `replan`).
+    pub fn one_pool(cluster: &ClusterSpec, pool: &ClusterSpec, stages: u64) -> PoolPlacement {
+        PoolPlacement {
+            cluster: cluster.clone(),
+            placement: placement_name(Some(pool)),
+            pools: vec![PlacedPool {
+                name: pool.name.clone(),
+                gpu: pool.gpu.name.clone(),
+                ranks: [0, pool.total_gpus()],
+                stages: [0, stages],
+            }],
+            tried: Vec::new(),
+        }
+    }
+
+    /// Where global rank `rank` runs: its pool, its index among the pool's GPUs, and the pool.
+    pub fn gpu_of(&self, rank: u64) -> Option<(&ClusterSpec, u64)> {
+        let placed = self
+            .pools
+            .iter()
+            .find(|p| (p.ranks[0]..p.ranks[1]).contains(&rank))?;
+        Some((self.cluster.pool(&placed.name)?, rank - placed.ranks[0]))
+    }
 }

@@ -161,8 +161,8 @@ pub struct Plan {
     pub spec_digest: String,
     /// The resolved spec the plan was made for, so that `launch`, `export`, `report` and
     /// `diff` need nothing but the plan file. On a cluster of pools, the spec as the chosen
-    /// placement's search saw it (one pool, or every pool's GPUs in one cluster); the digest
-    /// above is the whole spec's.
+    /// placement's search saw it (one pool, or every pool's GPUs in one cluster); the whole
+    /// cluster of pools is in `placement`.
     pub spec: Spec,
     pub model: String,
     pub cluster: String,

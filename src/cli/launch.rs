@@ -140,9 +140,6 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(plan) => plan,
         Err(error) => return bad_input(format!("`{path}` is not a plan file: {error}")),
     };
-    if let Err(code) = super::refuse_pools("launch", &plan.spec) {
-        return code;
-    }
     if args.steps == 0 {
         return bad_input("--steps must be at least 1".into());
     }

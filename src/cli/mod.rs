@@ -105,8 +105,8 @@ impl ClusterArgs {
     }
 }
 
-/// Refuses (exit 1) what `command` cannot do on a cluster made of pools: it costs, exports or
-/// runs one GPU type. A plan on one pool names a cluster of one type and passes.
+/// Refuses (exit 1) what `command` cannot do on a cluster made of pools: it costs or exports
+/// one GPU type. A plan on one pool names a cluster of one type and passes.
 pub fn refuse_pools(command: &str, spec: &Spec) -> Result<(), ExitCode> {
     if spec.cluster.pools.is_empty() {
         return Ok(());

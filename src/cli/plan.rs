@@ -233,6 +233,15 @@ fn check(
         );
         return ExitCode::from(EXIT_REGRESSION);
     }
+    // On pools the digest is of the spec the placement's search saw; the cluster of pools it
+    // was chosen from is compared on its own.
+    let pools_of = |plan: &Plan| plan.placement.as_ref().map(|p| p.cluster.clone());
+    if pools_of(&committed) != pools_of(fresh) {
+        println!(
+            "stale: {name} was made for other pools than the spec's; re-run `tessel plan` and commit the result"
+        );
+        return ExitCode::from(EXIT_REGRESSION);
+    }
     let objective = fresh.objective;
     let estimate = if spec.cluster.pools.is_empty() {
         model

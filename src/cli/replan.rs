@@ -1,20 +1,24 @@
-//! `tessel replan PLAN (--gpus N | --nodes N | --remove-nodes K) [--remaining-steps S] [-o FILE]
-//! [--format table|json]`: the best plan for the job's new resources, the cost of moving there
-//! counted. Two candidates: the plan the search finds for the new cluster, and the current
-//! shape with as many data-parallel replicas as the new cluster holds (the least to move). Each is charged the
-//! time to move every rank's shards to where the new plan needs them (the resharding map the
-//! runtime's checkpoints follow, `tessel_runtime::checkpoint::reshard_sources`, over the new
-//! cluster's links) plus its predicted step time over the remaining steps; the cheaper wins.
+//! `tessel replan PLAN (--gpus N | --nodes N | --remove-nodes K | --add POOL:NODES)
+//! [--remaining-steps S] [-o FILE] [--format table|json]`: the best plan for the job's new
+//! resources, the cost of moving there counted. Two candidates: the plan the search finds for
+//! the new cluster, and the current shape with as many data-parallel replicas as the new cluster
+//! (or, on pools, the current plan's pool) holds (the least to move). Each is charged the time to
+//! move every rank's shards to where the new plan needs them (the resharding map the runtime's
+//! checkpoints follow, `tessel_runtime::checkpoint::reshard_sources`, over the links between
+//! the GPUs involved) plus its predicted step time over the remaining steps; the cheaper wins.
+//! `--add POOL:NODES` grows a pool of the cluster of pools the plan was made for (one the plan
+//! did not use brings it in); a GPU keeps its place in its pool from one plan to the next.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tessel_planner::{plan_fixed, Objective, Plan};
+use tessel_grammar::{ClusterSpec, Spec};
+use tessel_planner::{plan_fixed, Objective, Plan, PlanError, PoolPlacement, ACROSS_POOLS};
 use tessel_runtime::checkpoint::{reshard_sources, ReshardSource};
 use tessel_runtime::ExecutionPlan;
-use tessel_symbolic::cost::CostModel;
+use tessel_symbolic::cost::{pool_spec, CostModel};
 
 use super::diff::read_plan;
 use super::TableOrJson as Format;
@@ -33,6 +37,9 @@ pub struct Args {
     /// Nodes taken away (the last ones).
     #[arg(long, conflicts_with_all = ["gpus", "nodes"])]
     pub remove_nodes: Option<u64>,
+    /// Nodes added to a pool of the plan's cluster of pools, as `POOL:NODES`.
+    #[arg(long, value_name = "POOL:NODES", conflicts_with_all = ["gpus", "nodes", "remove_nodes"])]
+    pub add: Option<String>,
     /// Optimizer steps left to train: what a faster plan saves is its gain over these.
     #[arg(long, default_value_t = 1000)]
     pub remaining_steps: u64,
@@ -68,32 +75,13 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(plan) => plan,
         Err(code) => return code,
     };
-    let mut spec = current.spec.clone();
-    let resize = match args.remove_nodes {
-        Some(k) if k >= spec.cluster.nodes => {
-            return bad_input(format!(
-                "--remove-nodes {k} leaves nothing of {}'s {} nodes",
-                spec.cluster.name, spec.cluster.nodes
-            ))
-        }
-        Some(k) => ClusterArgs {
-            gpus: None,
-            nodes: Some(spec.cluster.nodes - k),
-        },
-        None if args.cluster.gpus.is_none() && args.cluster.nodes.is_none() => {
-            return bad_input("say what changed: --gpus N, --nodes N or --remove-nodes K".into())
-        }
-        None => ClusterArgs {
-            gpus: args.cluster.gpus,
-            nodes: args.cluster.nodes,
-        },
+    let spec = match &args.add {
+        Some(add) => grown(&current, add),
+        None => resized(&current, args),
     };
-    if let Err(message) = resize.apply(&mut spec) {
-        return bad_input(message);
-    }
-    let model = match CostModel::new(&spec) {
-        Ok(model) => model,
-        Err(error) => return bad_input(error.to_string()),
+    let spec = match spec {
+        Ok(spec) => spec,
+        Err(message) => return bad_input(message),
     };
     let old = match ExecutionPlan::from_plan(&current) {
         Ok(old) => old,
@@ -101,22 +89,38 @@ pub fn run(args: &Args) -> ExitCode {
     };
     let mut candidates = Vec::new();
     let mut refused = Vec::new();
+    let model = match CostModel::new(&spec) {
+        Ok(model) => model,
+        Err(error) => return bad_input(error.to_string()),
+    };
     match super::plan::search(&spec, &model, None, Objective::Pessimistic, false) {
         Ok(plan) => candidates.push(("searched best", plan)),
         Err(error) => refused.push(format!("searched best: {error}")),
     }
-    let mut same_shape = current.strategy();
-    let per_replica = same_shape.tp * same_shape.pp * same_shape.cp;
-    same_shape.dp = spec.cluster.total_gpus() / per_replica.max(1);
-    same_shape.name = "same_shape".into();
     let label = "current shape, other replicas";
-    if same_shape.dp == 0 {
-        refused.push(format!("{label}: one replica needs {per_replica} GPUs"));
-    } else {
-        match plan_fixed(&spec, &model, &same_shape) {
-            Ok(plan) if plan.prediction.fits => candidates.push((label, plan)),
-            Ok(_) => refused.push(format!("{label}: does not fit")),
-            Err(error) => refused.push(format!("{label}: {error}")),
+    match same_shape_spec(&current, &spec) {
+        Err(why) => refused.push(format!("{label}: {why}")),
+        Ok((on, placement)) => {
+            let mut same_shape = current.strategy();
+            let per_replica = same_shape.tp * same_shape.pp * same_shape.cp;
+            same_shape.dp = on.cluster.total_gpus() / per_replica.max(1);
+            same_shape.name = "same_shape".into();
+            if same_shape.dp == 0 {
+                refused.push(format!("{label}: one replica needs {per_replica} GPUs"));
+            } else {
+                match CostModel::new(&on)
+                    .map_err(|e| PlanError::CostModel {
+                        message: e.to_string(),
+                    })
+                    .and_then(|model| plan_fixed(&on, &model, &same_shape))
+                {
+                    Ok(plan) if plan.prediction.fits => {
+                        candidates.push((label, Plan { placement, ..plan }))
+                    }
+                    Ok(_) => refused.push(format!("{label}: does not fit")),
+                    Err(error) => refused.push(format!("{label}: {error}")),
+                }
+            }
         }
     }
     if candidates.is_empty() {
@@ -133,7 +137,7 @@ pub fn run(args: &Args) -> ExitCode {
             Err(error) => return bad_input(format!("{label}: {error}")),
         };
         let sources = reshard_sources(&spec.model, &old, &new);
-        let (moved_bytes, transfer_s) = transfer(&sources, &spec);
+        let (moved_bytes, transfer_s) = transfer(&sources, &current, &plan);
         costed.push(Candidate {
             label,
             plan,
@@ -163,23 +167,130 @@ pub fn run(args: &Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Bytes that change rank, and the time to move them: over NVLink between ranks of one node
-/// and over the network otherwise (a rank of a removed node included, its shards read from
-/// where the checkpoint is), every rank sending and receiving at once, the busiest one's
-/// sends or receives taking longest.
-fn transfer(sources: &[ReshardSource], spec: &tessel_grammar::Spec) -> (f64, f64) {
-    let c = &spec.cluster;
-    let per_node = c.gpus_per_node.max(1);
+/// The new resources after `--gpus`, `--nodes` or `--remove-nodes`: the plan's own cluster
+/// resized.
+fn resized(current: &Plan, args: &Args) -> Result<Spec, String> {
+    let mut spec = current.spec.clone();
+    let resize = match args.remove_nodes {
+        Some(k) if k >= spec.cluster.nodes => {
+            return Err(format!(
+                "--remove-nodes {k} leaves nothing of {}'s {} nodes",
+                spec.cluster.name, spec.cluster.nodes
+            ))
+        }
+        Some(k) => ClusterArgs {
+            gpus: None,
+            nodes: Some(spec.cluster.nodes - k),
+        },
+        None if args.cluster.gpus.is_none() && args.cluster.nodes.is_none() => {
+            return Err(
+                "say what changed: --gpus N, --nodes N, --remove-nodes K or --add POOL:NODES"
+                    .into(),
+            )
+        }
+        None => ClusterArgs {
+            gpus: args.cluster.gpus,
+            nodes: args.cluster.nodes,
+        },
+    };
+    resize.apply(&mut spec)?;
+    Ok(spec)
+}
+
+/// The new resources after `--add POOL:NODES`: the cluster of pools the plan was made for,
+/// with `NODES` more nodes in `POOL`.
+fn grown(current: &Plan, add: &str) -> Result<Spec, String> {
+    let (name, nodes) = add
+        .split_once(':')
+        .and_then(|(name, nodes)| Some((name, nodes.parse::<u64>().ok().filter(|&n| n > 0)?)))
+        .ok_or_else(|| format!("--add {add}: write POOL:NODES, e.g. --add loan:4"))?;
+    let placement = current.placement.as_ref().ok_or_else(|| {
+        format!(
+            "--add {add}: the plan's cluster `{}` has no pools; write the pool into the spec's \
+             cluster (`pool {name} {{ … }}`) and plan it",
+            current.spec.cluster.name
+        )
+    })?;
+    let cluster = &placement.cluster;
+    let mut pools = cluster.pools.clone();
+    let Some(pool) = pools.iter_mut().find(|p| p.name == name) else {
+        let known: Vec<&str> = cluster.pools.iter().map(|p| p.name.as_str()).collect();
+        return Err(format!(
+            "--add {add}: cluster `{}` has no pool `{name}`; its pools are {}",
+            cluster.name,
+            known.join(", ")
+        ));
+    };
+    pool.nodes += nodes;
+    let between = cluster
+        .between_pools
+        .clone()
+        .unwrap_or_else(|| cluster.inter_node.clone());
+    let mut spec = current.spec.clone();
+    spec.cluster = ClusterSpec::of_pools(&cluster.name, pools, between);
+    Ok(spec)
+}
+
+/// The spec the current shape is re-costed on: the new cluster, or on pools the pool the plan
+/// ran on (a fixed strategy runs on one GPU type), with that placement.
+fn same_shape_spec(current: &Plan, spec: &Spec) -> Result<(Spec, Option<PoolPlacement>), String> {
+    if spec.cluster.pools.is_empty() {
+        return Ok((spec.clone(), None));
+    }
+    let placement = current
+        .placement
+        .as_ref()
+        .filter(|p| p.placement != ACROSS_POOLS)
+        .ok_or("the current plan runs across pools; a fixed shape runs on one GPU type")?;
+    let name = &placement.pools[0].name;
+    let pool = spec
+        .cluster
+        .pool(name)
+        .ok_or_else(|| format!("the new cluster has no pool `{name}`"))?;
+    let placed = PoolPlacement::one_pool(&spec.cluster, pool, current.config.pp);
+    Ok((pool_spec(spec, pool), Some(placed)))
+}
+
+/// Where a rank of `plan` runs, as the same GPU is named in any plan of the job: its pool (none
+/// on one GPU type), its index in the pool, and the pool (or cluster) whose links reach it.
+fn gpu_of<'a>(
+    plan: &'a Plan,
+    rank: u64,
+    cluster: &'a ClusterSpec,
+) -> (&'a str, u64, &'a ClusterSpec) {
+    match plan.placement.as_ref().and_then(|p| p.gpu_of(rank)) {
+        Some((pool, index)) => (pool.name.as_str(), index, pool),
+        None => ("", rank, cluster),
+    }
+}
+
+/// Bytes that change rank, and the time to move them: over NVLink between GPUs of one node,
+/// over the network between nodes of one pool (a GPU of a removed node included, its shards
+/// read from where the checkpoint is), and over the link between pools otherwise; every rank
+/// sending and receiving at once, the busiest one's sends or receives taking longest.
+fn transfer(sources: &[ReshardSource], old: &Plan, new: &Plan) -> (f64, f64) {
+    let cluster = &new.spec.cluster;
+    let between = new
+        .placement
+        .as_ref()
+        .or(old.placement.as_ref())
+        .and_then(|p| p.cluster.between_pools.as_ref())
+        .unwrap_or(&cluster.inter_node);
     let mut received: BTreeMap<u64, f64> = BTreeMap::new();
     let mut sent: BTreeMap<u64, f64> = BTreeMap::new();
     let mut moved = 0.0;
     for s in sources.iter().filter(|s| s.from != s.to) {
         let bytes = s.elements as f64 * BYTES_PER_ELEMENT;
         moved += bytes;
-        let link = if s.from / per_node == s.to / per_node {
-            &c.intra_node
+        let (from_pool, from, _) = gpu_of(old, s.from, cluster);
+        let (to_pool, to, pool) = gpu_of(new, s.to, cluster);
+        let per_node = pool.gpus_per_node.max(1);
+        let link = if from_pool != to_pool {
+            between
+        } else if from / per_node == to / per_node {
+            &pool.intra_node
         } else {
-            &c.inter_node
+            &pool.inter_node
         };
         *received.entry(s.to).or_default() += bytes / link.bandwidth;
         *sent.entry(s.from).or_default() += bytes / link.bandwidth;

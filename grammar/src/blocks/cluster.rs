@@ -98,11 +98,10 @@ pub fn lower<'a>(
         return None;
     }
     let pools: Vec<ClusterSpec> = lowered.into_iter().collect::<Option<_>>()?;
-    let first = pools[0].clone();
     if pools.len() == 1 {
         return Some(ClusterSpec {
             name: name.to_string(),
-            ..first
+            ..pools[0].clone()
         });
     }
     let between_pools = between.unwrap_or_else(|| Link {
@@ -115,12 +114,7 @@ pub fn lower<'a>(
             .map(|p| p.inter_node.latency)
             .fold(0.0, f64::max),
     });
-    Some(ClusterSpec {
-        name: name.to_string(),
-        pools,
-        between_pools: Some(between_pools),
-        ..first
-    })
+    Some(ClusterSpec::of_pools(name, pools, between_pools))
 }
 
 /// A cluster of one GPU type (or one pool of a cluster).
