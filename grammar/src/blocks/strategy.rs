@@ -350,7 +350,7 @@ pub fn lower(name: &str, f: &mut Fields, context: Option<&Context>) -> Option<St
     ok.then_some(strategy)
 }
 
-/// dp·tp·pp·cp against the cluster, filling in `dp` when it is not written.
+/// dp·tp·pp·cp against the cluster (every pool of it), filling in `dp` when it is not written.
 fn check_degrees(
     s: &mut Strategy,
     c: &Context,
@@ -358,7 +358,7 @@ fn check_degrees(
     at: &dyn Fn(&str) -> Span,
     problems: &mut Vec<Problem>,
 ) {
-    let gpus = c.cluster.total_gpus();
+    let gpus = c.cluster.pooled_gpus();
     let model_parallel = s.tp.saturating_mul(s.pp).saturating_mul(s.cp);
     let cluster = &c.cluster.name;
     if !dp_written {

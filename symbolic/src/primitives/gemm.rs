@@ -51,7 +51,7 @@ impl GemmParams {
 
 /// Streaming multiprocessors of a GPU, from its name (NVIDIA's architecture whitepapers and
 /// datasheets: V100 80, A100/A800 108, H100 SXM/H800/H200/GH200 132, H100 PCIe 114, L4 58,
-/// L40S 142, RTX 4090 128, RTX 3090 82, B200 148; AMD MI300X 304 compute units). Unknown
+/// L40S 142, RTX 4090 128, RTX 3090 82, B200 148, T4 40; AMD MI300X 304 compute units). Unknown
 /// GPUs get 108: a GEMM's waves then quantize as on an A100.
 pub fn sm_count(name: &str) -> f64 {
     let upper = name.to_ascii_uppercase();
@@ -74,6 +74,8 @@ pub fn sm_count(name: &str) -> f64 {
         148.0
     } else if has("MI300") {
         304.0
+    } else if upper == "T4" {
+        40.0
     } else {
         108.0
     }

@@ -6,6 +6,7 @@ mod cases;
 mod csv;
 mod evaluate;
 mod hardware;
+mod hetero;
 mod ranking;
 mod regimes;
 mod report;
@@ -14,6 +15,9 @@ pub use cases::{cases_from_records, Case, MemoryMeasure, Skipped, Source, Throug
 pub use csv::parse_csv;
 pub use evaluate::{evaluate, evaluate_case, per_source, EfficiencyFor, ErrorStats, Outcome};
 pub use hardware::{cluster_for, gpu_for};
+pub use hetero::{
+    default_hetero_path, evaluate_hetero, load_hetero_cases, HeteroCase, HeteroOutcome,
+};
 pub use ranking::{ranking_per_source, spearman, RankingStats};
 pub use regimes::{
     default_regimes_path, evaluate_regimes, load_regime_cases, RegimeCase, RegimeMeasure,
