@@ -2,9 +2,10 @@
 //!
 //! Placements tried: one pipeline through every pool (each stage on one pool, the MILP giving
 //! each stage the layers its pool sustains, see `tessel_symbolic::cost::PooledCostModel`), and
-//! each pool alone. The plan is the placement predicted fastest (the global batch is the same,
-//! so the step time decides); it lists every placement tried with its step time or why it has
-//! none, so that a plan on one pool says why the others lost.
+//! each pool alone. The plan is the placement ranked best by the search's objective (the global
+//! batch is the same, so the step time decides: by default the high end of its 80 % interval);
+//! it lists every placement tried with its step time or why it has none, so that a plan on one
+//! pool says why the others lost.
 
 use std::time::Instant;
 
@@ -89,10 +90,13 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
             why_not: outcome.as_ref().err().map(|e| first_line(&e.to_string())),
         })
         .collect();
+    // Ranked as each search ranked its configurations (by default the high end of the 80 %
+    // interval, which is wider across pools: no validated run mixes GPU types).
+    let ranked = |o: &PlanOutcome| options.objective.ranked_step_time(&o.plan.prediction);
     let best = outcomes
         .iter()
         .enumerate()
-        .filter_map(|(i, o)| o.as_ref().ok().map(|o| (i, o.plan.prediction.step_time_s)))
+        .filter_map(|(i, o)| o.as_ref().ok().map(|o| (i, ranked(o))))
         .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
         .map(|(i, _)| i);
     let Some(best) = best else {

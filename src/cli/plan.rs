@@ -74,7 +74,7 @@ impl Args {
     }
 }
 
-fn parse_objective(text: &str) -> Result<Objective, String> {
+pub fn parse_objective(text: &str) -> Result<Objective, String> {
     Objective::ALL
         .into_iter()
         .find(|o| o.name() == text)

@@ -1,7 +1,7 @@
 //! `tessel replan PLAN (--gpus N | --nodes N | --remove-nodes K | --add POOL:NODES)
-//! [--remaining-steps S] [-o FILE] [--format table|json]`: the best plan for the job's new
-//! resources, the cost of moving there counted. Two candidates: the plan the search finds for
-//! the new cluster, and the current shape with as many data-parallel replicas as the new cluster
+//! [--remaining-steps S] [--objective expected|pessimistic] [-o FILE] [--format table|json]`:
+//! the best plan for the job's new resources, the cost of moving there counted. Two
+//! candidates: the plan the search finds for the new cluster, and the current shape with as many data-parallel replicas as the new cluster
 //! (or, on pools, the current plan's pool) holds (the least to move). Each is charged the time to
 //! move every rank's shards to where the new plan needs them (the resharding map the runtime's
 //! checkpoints follow, `tessel_runtime::checkpoint::reshard_sources`, over the links between
@@ -40,6 +40,9 @@ pub struct Args {
     /// Nodes added to a pool of the plan's cluster of pools, as `POOL:NODES`.
     #[arg(long, value_name = "POOL:NODES", conflicts_with_all = ["gpus", "nodes", "remove_nodes"])]
     pub add: Option<String>,
+    /// What the search ranks the new cluster's configurations by, as for `tessel plan`.
+    #[arg(long, default_value = "pessimistic", value_parser = super::plan::parse_objective)]
+    pub objective: Objective,
     /// Optimizer steps left to train: what a faster plan saves is its gain over these.
     #[arg(long, default_value_t = 1000)]
     pub remaining_steps: u64,
@@ -93,7 +96,7 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(model) => model,
         Err(error) => return bad_input(error.to_string()),
     };
-    match super::plan::search(&spec, &model, None, Objective::Pessimistic, false) {
+    match super::plan::search(&spec, &model, None, args.objective, false) {
         Ok(plan) => candidates.push(("searched best", plan)),
         Err(error) => refused.push(format!("searched best: {error}")),
     }

@@ -160,6 +160,7 @@ fn a_regime_no_run_validates_gets_a_wide_interval() {
         moe: false,
         params_b: 175.0,
         hybrid_sharding: false,
+        mixed_gpus: false,
     };
     let unseen = RunTraits {
         generation: GpuGeneration::Other,

@@ -152,7 +152,8 @@ fn conformal_ranks(sorted: &[f64]) -> (f64, f64) {
 }
 
 /// How unlike two runs are, in the mechanisms the cost model's error follows: one unit for a
-/// different GPU generation, framework, MoE, host offload or ZeRO-3; less for FP8 and the
+/// different GPU generation, framework, MoE, host offload, ZeRO-3 or mix of GPU types; less for
+/// FP8 and the
 /// scale of each parallel degree, the GPU count and the model size (per doubling or decade).
 pub fn distance(a: &RunTraits, b: &RunTraits) -> f64 {
     let differ = |x: bool| if x { 1.0 } else { 0.0 };
@@ -168,6 +169,7 @@ pub fn distance(a: &RunTraits, b: &RunTraits) -> f64 {
         + differ(a.moe != b.moe)
         + differ(a.offload != b.offload)
         + differ((a.zero >= 3) != (b.zero >= 3))
+        + differ(a.mixed_gpus != b.mixed_gpus)
         + 0.5 * differ((a.precision == Precision::Fp8) != (b.precision == Precision::Fp8))
         + 0.25 * log2_ratio(a.dp * a.cp, b.dp * b.cp)
         + 0.25 * log2_ratio(a.pp, b.pp)
@@ -202,6 +204,12 @@ fn mechanisms(traits: &RunTraits) -> Vec<(String, Shares)> {
     }
     if traits.hybrid_sharding {
         found.push(("hybrid sharding".into(), Box::new(|t| t.hybrid_sharding)));
+    }
+    if traits.mixed_gpus {
+        found.push((
+            "GPUs of more than one type".into(),
+            Box::new(|t| t.mixed_gpus),
+        ));
     }
     if traits.precision == Precision::Fp8 {
         found.push((

@@ -29,6 +29,9 @@ pub struct RunTraits {
     pub params_b: f64,
     /// ZeRO state sharded over part of the data-parallel ranks (`dp_shard` below `dp`).
     pub hybrid_sharding: bool,
+    /// Stages on GPUs of more than one type (a pipeline across pools). No run of the validated
+    /// table has them, so it is not one of the stored [`RunTraits::COLUMNS`].
+    pub mixed_gpus: bool,
 }
 
 /// Recompute without its per-stage detail.
@@ -85,6 +88,7 @@ impl RunTraits {
             moe: spec.model.moe.is_some(),
             params_b: spec.model.parameter_count().total as f64 / 1e9,
             hybrid_sharding: strategy.shard_degree() < strategy.dp,
+            mixed_gpus: spec.cluster.pools.len() > 1,
         }
     }
 
@@ -181,6 +185,7 @@ impl RunTraits {
                 .parse()
                 .map_err(|_| format!("params_b: `{}` is not a number", fields[14]))?,
             hybrid_sharding: int(15)? != 0,
+            mixed_gpus: false,
         })
     }
 }
