@@ -44,6 +44,7 @@ pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};
 pub use objective::Objective;
 pub use placement::{
     estimate_placed, plan_on_pools, PlacedPool, PlacementOutcome, PoolPlacement, ACROSS_POOLS,
+    REPLICAS_ACROSS_POOLS,
 };
 pub use plan::{
     spec_digest, Plan, PlanConfig, PlanStage, RunnerUp, SearchStats, SolverReport, SolverStatus,

@@ -12,14 +12,22 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use tessel_grammar::{ClusterSpec, Spec};
-use tessel_symbolic::cost::{pipeline_order, pool_spec, CostModel, Estimate, PooledCostModel};
+use tessel_symbolic::cost::{
+    pipeline_order, pool_spec, pooled_search_spec, replicas_across_pools, CostModel, Estimate,
+    PooledCostModel, ReplicaShares,
+};
 
 use crate::error::PlanError;
-use crate::plan::Plan;
+use crate::plan::{spec_digest, Plan};
 use crate::planning::{plan, PlanOptions, PlanOutcome};
+use crate::rank_map::{MeshShape, RankMap};
 
 /// The placement name of one pipeline through every pool.
 pub const ACROSS_POOLS: &str = "pipeline across pools";
+
+/// The placement name of data-parallel replicas on every pool with uneven shares of the batch,
+/// followed by whose shape they take (` (shape of pool NAME)`).
+pub const REPLICAS_ACROSS_POOLS: &str = "replicas across pools";
 
 /// Where a plan on a cluster of pools runs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -35,13 +43,19 @@ pub struct PoolPlacement {
     pub tried: Vec<PlacementOutcome>,
 }
 
-/// One pool of a plan: global ranks `[first, last)` and pipeline stages `[first, last)`.
+/// One pool of a plan: global ranks `[first, last)` and pipeline stages `[first, last)`; with
+/// replicas across pools, also the data-parallel replicas `[first, last)` on it and the
+/// micro-batches each of them runs per step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlacedPool {
     pub name: String,
     pub gpu: String,
     pub ranks: [u64; 2],
     pub stages: [u64; 2],
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<[u64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microbatches: Option<u64>,
 }
 
 /// A placement's best plan, or why it has none.
@@ -81,11 +95,42 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
             }
         })
         .collect();
-    let tried: Vec<PlacementOutcome> = placements
+    // Each pool's best shape again as replicas on every pool, the batch split unevenly.
+    let replicated: Vec<(
+        String,
+        Result<PlanOutcome, PlanError>,
+        Option<ReplicaShares>,
+    )> = placements
         .iter()
         .zip(&outcomes)
-        .map(|(&placement, outcome)| PlacementOutcome {
-            placement: placement_name(placement),
+        .filter_map(|(placement, outcome)| Some((placement.as_ref()?, outcome.as_ref().ok()?)))
+        .map(|(pool, alone)| {
+            let name = format!("{REPLICAS_ACROSS_POOLS} (shape of pool {})", pool.name);
+            match replicas_across_pools(spec, &alone.plan.strategy()) {
+                Ok(shares) => {
+                    let plan = replicas_plan(spec, &alone.plan, &shares);
+                    let outcome = PlanOutcome {
+                        plan,
+                        timings: alone.timings,
+                    };
+                    (name, Ok(outcome), Some(shares))
+                }
+                Err(e) => (name, Err(cost_error(e.to_string())), None),
+            }
+        })
+        .collect();
+    let mut names: Vec<String> = placements.iter().map(|&p| placement_name(p)).collect();
+    let mut shares: Vec<Option<ReplicaShares>> = vec![None; placements.len()];
+    for (name, outcome, split) in replicated {
+        names.push(name);
+        outcomes.push(outcome);
+        shares.push(split);
+    }
+    let tried: Vec<PlacementOutcome> = names
+        .iter()
+        .zip(&outcomes)
+        .map(|(placement, outcome)| PlacementOutcome {
+            placement: placement.clone(),
             step_time_s: outcome.as_ref().ok().map(|o| o.plan.prediction.step_time_s),
             why_not: outcome.as_ref().err().map(|e| first_line(&e.to_string())),
         })
@@ -103,39 +148,131 @@ pub fn plan_on_pools(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
         // Nothing fits anywhere: the pipeline's own explanation says what is short.
         return outcomes.swap_remove(0);
     };
+    let placement = names.swap_remove(best);
+    let split = shares.swap_remove(best);
     let mut outcome = outcomes.swap_remove(best)?;
     let plan = &mut outcome.plan;
-    // The pools used, in pipeline order, with the stages each holds.
-    let used: Vec<(&ClusterSpec, u64)> = match placements[best] {
-        None => pipeline_order(&spec.cluster)
+    let config = plan.config;
+    let per_stage = config.tp * config.cp * config.dp;
+    let mut first = 0;
+    let pools: Vec<PlacedPool> = match (placements.get(best), split) {
+        (_, Some(split)) => {
+            let per_replica = config.tp * config.cp * config.pp;
+            let mut first_replica = 0;
+            pipeline_order(&spec.cluster)
+                .into_iter()
+                .zip(split.replicas.iter().zip(&split.microbatches))
+                .map(|(pool, (&replicas, &m))| {
+                    let placed = PlacedPool {
+                        replicas: Some([first_replica, first_replica + replicas]),
+                        microbatches: Some(m),
+                        ..placed_pool(
+                            pool,
+                            [first, first + replicas * per_replica],
+                            [0, config.pp],
+                        )
+                    };
+                    first += replicas * per_replica;
+                    first_replica += replicas;
+                    placed
+                })
+                .collect()
+        }
+        (Some(None), None) => pipeline_order(&spec.cluster)
             .into_iter()
             .zip(across.stages_per_pool(&plan.strategy()).unwrap_or_default())
+            .map(|(pool, count)| {
+                let placed = placed_pool(
+                    pool,
+                    [first * per_stage, (first + count) * per_stage],
+                    [first, first + count],
+                );
+                first += count;
+                placed
+            })
             .collect(),
-        Some(pool) => vec![(pool, plan.config.pp)],
+        (Some(Some(pool)), None) => {
+            vec![placed_pool(pool, [0, pool.total_gpus()], [0, config.pp])]
+        }
+        (None, None) => unreachable!("a replicated placement has its shares"),
     };
-    let per_stage = plan.config.tp * plan.config.cp * plan.config.dp;
-    let mut first = 0;
-    let pools = used
-        .into_iter()
-        .map(|(pool, count)| {
-            let placed = PlacedPool {
-                name: pool.name.clone(),
-                gpu: pool.gpu.name.clone(),
-                ranks: [first * per_stage, (first + count) * per_stage],
-                stages: [first, first + count],
-            };
-            first += count;
-            placed
-        })
-        .collect();
     plan.placement = Some(PoolPlacement {
         cluster: spec.cluster.clone(),
-        placement: placement_name(placements[best]),
+        placement,
         pools,
         tried,
     });
     outcome.timings.wall_s = started.elapsed().as_secs_f64();
     Ok(outcome)
+}
+
+fn placed_pool(pool: &ClusterSpec, ranks: [u64; 2], stages: [u64; 2]) -> PlacedPool {
+    PlacedPool {
+        name: pool.name.clone(),
+        gpu: pool.gpu.name.clone(),
+        ranks,
+        stages,
+        replicas: None,
+        microbatches: None,
+    }
+}
+
+/// The plan of `base`'s shape as replicas on every pool with `shares` of the batch: every
+/// pool's GPUs in one cluster, ranks pool by pool (each pool's replicas laid out as the mesh
+/// lays out any, data-parallel coordinates counted on from the pool before), and the
+/// prediction of the split.
+fn replicas_plan(spec: &Spec, base: &Plan, shares: &ReplicaShares) -> Plan {
+    let search = pooled_search_spec(spec);
+    let c = base.config;
+    let mut ranks = Vec::new();
+    let (mut first_rank, mut first_node, mut first_replica) = (0, 0, 0);
+    for (pool, &replicas) in pipeline_order(&spec.cluster)
+        .into_iter()
+        .zip(&shares.replicas)
+    {
+        let local = RankMap::build(&MeshShape {
+            tp: c.tp,
+            cp: c.cp,
+            dp: replicas,
+            pp: c.pp,
+            ep: c.ep,
+            etp: c.etp.unwrap_or(c.tp),
+            gpus_per_node: pool.gpus_per_node,
+        });
+        for row in &local.ranks {
+            let [rank, node, local_gpu, pp, dp, cp, tp, ep] = *row;
+            ranks.push([
+                rank + first_rank,
+                node + first_node,
+                local_gpu,
+                pp,
+                dp + first_replica,
+                cp,
+                tp,
+                ep,
+            ]);
+        }
+        first_rank += local.ranks.len() as u64;
+        first_node += pool.nodes;
+        first_replica += replicas;
+    }
+    let mut plan = base.clone();
+    plan.rank_map.ranks = ranks;
+    plan.config.dp = first_replica;
+    // The most any replica runs; each pool's count is in the placement.
+    plan.config.microbatches = shares.microbatches.iter().copied().max().unwrap_or(1);
+    plan.gpus = first_rank;
+    plan.gpus_per_node = search.cluster.gpus_per_node;
+    plan.cluster = search.cluster.name.clone();
+    plan.spec_digest = spec_digest(&search);
+    plan.checkpoints = crate::checkpoint_plan(&search, shares.estimate.step_time_s);
+    plan.spec = search;
+    plan.prediction = shares.estimate.clone();
+    // The split is searched exhaustively on the shape the pool's search solved for.
+    plan.solver.objective_s = shares.estimate.step_time_s;
+    // Its alternatives are the other placements, listed with them.
+    plan.runners_up.clear();
+    plan
 }
 
 /// [`ACROSS_POOLS`], or `pool NAME` for one pool alone.
@@ -157,6 +294,11 @@ pub fn estimate_placed(spec: &Spec, plan: &Plan) -> Result<Estimate, String> {
         .as_ref()
         .ok_or_else(|| "the plan records no placement on the cluster's pools".to_string())?;
     let strategy = plan.strategy();
+    if placement.uneven_replicas() {
+        return replicas_across_pools(spec, &strategy)
+            .map(|shares| shares.estimate)
+            .map_err(|e| e.to_string());
+    }
     if placement.placement == ACROSS_POOLS {
         return PooledCostModel::new(spec)
             .and_then(|model| model.estimate(&strategy))
@@ -177,18 +319,19 @@ pub fn estimate_placed(spec: &Spec, plan: &Plan) -> Result<Estimate, String> {
 }
 
 impl PoolPlacement {
+    /// Whether the replicas of the plan run different micro-batch counts (replicas across
+    /// pools), which the runtime does not execute.
+    pub fn uneven_replicas(&self) -> bool {
+        self.pools.iter().any(|p| p.microbatches.is_some())
+    }
+
     /// A plan of `stages` stages on `pool` alone, of the cluster of pools `cluster`, where no
     /// other placement was tried (a fixed shape re-costed by `replan`).
     pub fn one_pool(cluster: &ClusterSpec, pool: &ClusterSpec, stages: u64) -> PoolPlacement {
         PoolPlacement {
             cluster: cluster.clone(),
             placement: placement_name(Some(pool)),
-            pools: vec![PlacedPool {
-                name: pool.name.clone(),
-                gpu: pool.gpu.name.clone(),
-                ranks: [0, pool.total_gpus()],
-                stages: [0, stages],
-            }],
+            pools: vec![placed_pool(pool, [0, pool.total_gpus()], [0, stages])],
             tried: Vec::new(),
         }
     }

@@ -224,13 +224,13 @@ fn pools_label(placement: &PoolPlacement) -> String {
         .pools
         .iter()
         .map(|p| {
-            format!(
-                "{} ({}) {}, {}",
-                p.name,
-                p.gpu,
-                span("stage", p.stages),
-                span("rank", p.ranks)
-            )
+            let work = match (p.replicas, p.microbatches) {
+                (Some(replicas), Some(m)) => {
+                    format!("{} × {m} micro-batches", span("replica", replicas))
+                }
+                _ => span("stage", p.stages),
+            };
+            format!("{} ({}) {work}, {}", p.name, p.gpu, span("rank", p.ranks))
         })
         .collect();
     format!("{}: {}", placement.placement, pools.join("; "))

@@ -341,6 +341,10 @@ fn a_mixed_plan_is_never_slower_than_the_faster_pool_alone() {
             assert_eq!(placement.pools.len(), 2);
             assert_eq!(placement.pools[0].ranks[1], placement.pools[1].ranks[0]);
         }
-        assert_eq!(placement.tried.len(), 3, "across, and each pool alone");
+        assert_eq!(
+            placement.tried.len(),
+            5,
+            "across, each pool alone, each pool's shape as replicas"
+        );
     }
 }

@@ -35,6 +35,13 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
             plan.model, plan.spec.model.name
         ));
     }
+    if plan.placement.as_ref().is_some_and(|p| p.uneven_replicas()) {
+        return bad(
+            "its replicas run different micro-batch counts (replicas across pools), which the \
+             runtime does not run"
+                .into(),
+        );
+    }
     let c = &plan.config;
     for (what, v) in [
         ("dp", c.dp),

@@ -22,7 +22,10 @@ pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};
 pub use overrides::StrategyOverrides;
-pub use pools::{pipeline_order, pool_spec, pooled_search_spec, PooledCostModel};
+pub use pools::{
+    pipeline_order, pool_spec, pooled_search_spec, replicas_across_pools, PooledCostModel,
+    ReplicaShares,
+};
 pub use report::{
     estimate_json, render_estimate_json, render_estimate_table, round6, step_interval_label,
 };

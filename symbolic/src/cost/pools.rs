@@ -14,6 +14,7 @@ use tessel_grammar::{ClusterSpec, Offload, Recompute, Spec, Strategy};
 use super::model::{estimate_stages, peak_for};
 use super::slots::Output;
 use super::{CostError, CostModel, Estimate, PipelineShape, StageCost, StageOutputs};
+use crate::uncertainty::{PredictionInterval, RunTraits};
 
 /// One pool as the pipeline sees it.
 #[derive(Clone, Debug)]
@@ -280,4 +281,242 @@ fn pool_of(counts: &[u64], stage: u64) -> Option<usize> {
         first += count;
         stage < first
     })
+}
+
+/// Data-parallel replicas of one shape on every pool, each pool's replicas taking the share of
+/// the batch that evens their step times out.
+#[derive(Clone, Debug)]
+pub struct ReplicaShares {
+    /// Per pool in pipeline order: its replicas.
+    pub replicas: Vec<u64>,
+    /// Per pool in pipeline order: micro-batches each of its replicas runs per step.
+    pub microbatches: Vec<u64>,
+    /// The step: the slowest pool's replicas, then the gradient exchange between pools.
+    pub estimate: Estimate,
+}
+
+/// The best split of the batch over data-parallel replicas of `shape` (its tp, pp, cp,
+/// micro-batch, stages and per-stage options; its dp is ignored) on every pool of `spec`'s
+/// cluster, found by trying every split of the micro-batches. Each pool's replicas are costed by
+/// the pool's own model with their share of the batch (so their pipeline bubble, memory in
+/// flight and gradient reduction are their own); the step ends when the slowest pool's
+/// replicas are done and every rank has exchanged its gradients with its counterparts in the
+/// other pools over `between_pools` (a ring over the pools, not overlapped). ZeRO-3 is not
+/// costed this way: its weights are sharded across the very replicas that would straddle pools.
+pub fn replicas_across_pools(spec: &Spec, shape: &Strategy) -> Result<ReplicaShares, CostError> {
+    let pools = pipeline_order(&spec.cluster);
+    let fail = |reason: String| CostError::strategy(&shape.name, reason);
+    if pools.len() < 2 {
+        return Err(fail(format!(
+            "cluster `{}` has no pools",
+            spec.cluster.name
+        )));
+    }
+    if shape.zero >= 3 {
+        return Err(fail(
+            "ZeRO-3 shards weights across replicas that would straddle pools".into(),
+        ));
+    }
+    let per_replica = shape.tp * shape.pp * shape.cp;
+    let replicas: Vec<u64> = pools
+        .iter()
+        .map(|p| {
+            (per_replica > 0 && p.total_gpus().is_multiple_of(per_replica))
+                .then(|| p.total_gpus() / per_replica)
+        })
+        .collect::<Option<_>>()
+        .filter(|r: &Vec<u64>| r.iter().all(|&n| n > 0))
+        .ok_or_else(|| {
+            fail(format!(
+                "{per_replica} GPUs per replica do not divide every pool"
+            ))
+        })?;
+    let microbatch = shape.microbatch.max(1);
+    if !spec.train.global_batch.is_multiple_of(microbatch) {
+        return Err(fail(format!(
+            "the global batch of {} is not a multiple of the micro-batch {microbatch}",
+            spec.train.global_batch
+        )));
+    }
+    let total = spec.train.global_batch / microbatch;
+    // Each pool's replicas with `m` micro-batches each: their estimate, when it fits.
+    let pool_estimate = |pool: usize, m: u64| -> Option<Estimate> {
+        if shape.interleave > 1 && !m.is_multiple_of(shape.pp) {
+            return None;
+        }
+        let mut one = pool_spec(spec, pools[pool]);
+        one.train.global_batch = replicas[pool] * m * microbatch;
+        let strategy = Strategy {
+            dp: replicas[pool],
+            ..shape.clone()
+        };
+        let calibration = super::Calibration::for_spec(&one).ok()?;
+        let efficiency =
+            super::KernelEfficiency::for_gpu(&one.cluster.gpu).calibrated(&calibration);
+        let estimate = CostModel::uncompiled(&one, calibration, efficiency)
+            .and_then(|model| model.estimate(&strategy))
+            .ok()?;
+        estimate.fits.then_some(estimate)
+    };
+    let mut cache: Vec<std::collections::BTreeMap<u64, Option<f64>>> =
+        vec![Default::default(); pools.len()];
+    let mut step_of = |pool: usize, m: u64| -> Option<f64> {
+        *cache[pool]
+            .entry(m)
+            .or_insert_with(|| pool_estimate(pool, m).map(|e| e.step_time_s))
+    };
+    let best = best_shares(&replicas, total, &mut step_of)
+        .ok_or_else(|| fail("no split of the batch over the pools' replicas fits".into()))?;
+    let estimates: Vec<Estimate> = best
+        .iter()
+        .enumerate()
+        .map(|(pool, &m)| pool_estimate(pool, m).expect("the chosen split was costed"))
+        .collect();
+    let slowest = (0..estimates.len())
+        .max_by(|&a, &b| {
+            estimates[a]
+                .step_time_s
+                .total_cmp(&estimates[b].step_time_s)
+        })
+        .unwrap_or(0);
+    let between = spec
+        .cluster
+        .between_pools
+        .clone()
+        .unwrap_or_else(|| spec.cluster.inter_node.clone());
+    // Each rank exchanges the gradients of the weights it holds (the training-precision weights
+    // of its stage, the largest stage's) with its counterpart in every other pool.
+    let gradient_bytes = estimates
+        .iter()
+        .flat_map(|e| e.stages.iter().map(|s| s.memory.weights * GIB))
+        .fold(0.0, f64::max);
+    let n = pools.len() as f64;
+    let exchange = 2.0 * (n - 1.0) / n * gradient_bytes / between.bandwidth
+        + 2.0 * (n - 1.0) * between.latency;
+    let mut estimate = estimates[slowest].clone();
+    let step = estimate.step_time_s + exchange;
+    let gpus: u64 = pools.iter().map(|p| p.total_gpus()).sum();
+    let peak: f64 = pools
+        .iter()
+        .map(|p| peak_for(&pool_spec(spec, p)) * p.total_gpus() as f64)
+        .sum();
+    let tokens_per_s = (spec.train.global_batch * spec.train.seq_len) as f64 / step;
+    let flops_per_token = spec.model.training_flops_per_token(spec.train.seq_len);
+    let recompute_ratio = estimate.hardware_tflops_per_gpu / estimate.model_tflops_per_gpu;
+    let model_flops = flops_per_token * tokens_per_s;
+    estimate.time.dp_comm += exchange;
+    estimate.step_time_s = step;
+    estimate.tokens_per_s = tokens_per_s;
+    estimate.tokens_per_s_per_gpu = tokens_per_s / gpus as f64;
+    estimate.model_tflops_per_gpu = model_flops / gpus as f64 / 1e12;
+    estimate.hardware_tflops_per_gpu = estimate.model_tflops_per_gpu * recompute_ratio;
+    estimate.mfu = model_flops / peak;
+    estimate.hfu = estimate.mfu * recompute_ratio;
+    // The pool nearest its memory speaks for the plan's.
+    let binding = estimates
+        .iter()
+        .max_by(|a, b| {
+            (a.peak_memory_gib / a.memory_capacity_gib)
+                .total_cmp(&(b.peak_memory_gib / b.memory_capacity_gib))
+        })
+        .expect("every pool has an estimate");
+    estimate.peak_memory_gib = binding.peak_memory_gib;
+    estimate.memory_capacity_gib = binding.memory_capacity_gib;
+    let whole = Strategy {
+        dp: replicas.iter().sum(),
+        ..shape.clone()
+    };
+    estimate.interval = Some(PredictionInterval::around(
+        step,
+        tokens_per_s,
+        &RunTraits::of(&pooled_search_spec(spec), &whole),
+    ));
+    Ok(ReplicaShares {
+        replicas,
+        microbatches: best,
+        estimate,
+    })
+}
+
+/// Micro-batches per replica of each pool, `Σ replicas[p]·m[p] = total` with every `m ≥ 1`,
+/// that make the slowest pool fastest (`step(p, m)`: `None` when `m` does not run there);
+/// every split is tried, a partial one abandoned once it is no better than the best found.
+fn best_shares(
+    replicas: &[u64],
+    total: u64,
+    step: &mut dyn FnMut(usize, u64) -> Option<f64>,
+) -> Option<Vec<u64>> {
+    fn walk(
+        pool: usize,
+        left: u64,
+        slowest: f64,
+        replicas: &[u64],
+        step: &mut dyn FnMut(usize, u64) -> Option<f64>,
+        chosen: &mut Vec<u64>,
+        best: &mut Option<(f64, Vec<u64>)>,
+    ) {
+        let beaten = |time: f64, best: &Option<(f64, Vec<u64>)>| {
+            best.as_ref().is_some_and(|(b, _)| time >= *b)
+        };
+        if pool + 1 == replicas.len() {
+            if left == 0 || !left.is_multiple_of(replicas[pool]) {
+                return;
+            }
+            let Some(time) = step(pool, left / replicas[pool]) else {
+                return;
+            };
+            let slowest = slowest.max(time);
+            if !beaten(slowest, best) {
+                chosen.push(left / replicas[pool]);
+                *best = Some((slowest, chosen.clone()));
+                chosen.pop();
+            }
+            return;
+        }
+        let others: u64 = replicas[pool + 1..].iter().sum();
+        let most = left.saturating_sub(others) / replicas[pool];
+        for m in 1..=most {
+            let Some(time) = step(pool, m) else {
+                continue;
+            };
+            let slowest = slowest.max(time);
+            // A pool's step grows with its micro-batches: more cannot do better.
+            if beaten(slowest, best) {
+                break;
+            }
+            chosen.push(m);
+            walk(
+                pool + 1,
+                left - m * replicas[pool],
+                slowest,
+                replicas,
+                step,
+                chosen,
+                best,
+            );
+            chosen.pop();
+        }
+    }
+    let mut best = None;
+    walk(0, total, 0.0, replicas, step, &mut Vec::new(), &mut best);
+    best.map(|(_, shares)| shares)
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+#[cfg(test)]
+mod tests {
+    use super::best_shares;
+
+    #[test]
+    fn shares_even_out_replicas_of_different_speeds() {
+        // Pool 0's replicas take 1 s a micro-batch, pool 1's 3 s; 4 replicas each, 32
+        // micro-batches in all: 6 and 2 each (6 s on both) is the only even split.
+        let mut step = |pool: usize, m: u64| Some(m as f64 * if pool == 0 { 1.0 } else { 3.0 });
+        assert_eq!(best_shares(&[4, 4], 32, &mut step), Some(vec![6, 2]));
+        // Counts a pool cannot run are skipped; no split at all is none.
+        let mut odd_only = |_: usize, m: u64| (m % 2 == 1).then_some(m as f64);
+        assert_eq!(best_shares(&[1, 1], 4, &mut odd_only), Some(vec![1, 3]));
+        assert_eq!(best_shares(&[3, 3], 4, &mut step), None);
+    }
 }
