@@ -92,6 +92,14 @@ impl CostModel {
         })
     }
 
+    /// [`CostModel::uncompiled`] with the calibration [`CostModel::new`] would use: for a
+    /// model built to estimate a configuration or a few.
+    pub fn for_few_estimates(spec: &Spec) -> Result<CostModel, CostError> {
+        let calibration = Calibration::for_spec(spec)?;
+        let efficiency = KernelEfficiency::for_gpu(&spec.cluster.gpu).calibrated(&calibration);
+        CostModel::uncompiled(spec, calibration, efficiency)
+    }
+
     pub fn spec(&self) -> &Spec {
         &self.spec
     }

@@ -339,38 +339,38 @@ pub fn replicas_across_pools(spec: &Spec, shape: &Strategy) -> Result<ReplicaSha
         )));
     }
     let total = spec.train.global_batch / microbatch;
-    // Each pool's replicas with `m` micro-batches each: their estimate, when it fits.
-    let pool_estimate = |pool: usize, m: u64| -> Option<Estimate> {
-        if shape.interleave > 1 && !m.is_multiple_of(shape.pp) {
-            return None;
-        }
-        let mut one = pool_spec(spec, pools[pool]);
-        one.train.global_batch = replicas[pool] * m * microbatch;
-        let strategy = Strategy {
-            dp: replicas[pool],
-            ..shape.clone()
-        };
-        let calibration = super::Calibration::for_spec(&one).ok()?;
-        let efficiency =
-            super::KernelEfficiency::for_gpu(&one.cluster.gpu).calibrated(&calibration);
-        let estimate = CostModel::uncompiled(&one, calibration, efficiency)
-            .and_then(|model| model.estimate(&strategy))
-            .ok()?;
-        estimate.fits.then_some(estimate)
-    };
-    let mut cache: Vec<std::collections::BTreeMap<u64, Option<f64>>> =
+    // Each pool's replicas with `m` micro-batches each: their estimate, when it fits (each
+    // costed once, with a model of its own: the micro-batch count is the spec's batch).
+    let mut costed: Vec<std::collections::BTreeMap<u64, Option<Estimate>>> =
         vec![Default::default(); pools.len()];
-    let mut step_of = |pool: usize, m: u64| -> Option<f64> {
-        *cache[pool]
+    let mut estimate_of = |pool: usize, m: u64| -> Option<Estimate> {
+        costed[pool]
             .entry(m)
-            .or_insert_with(|| pool_estimate(pool, m).map(|e| e.step_time_s))
+            .or_insert_with(|| {
+                if shape.interleave > 1 && !m.is_multiple_of(shape.pp) {
+                    return None;
+                }
+                let mut one = pool_spec(spec, pools[pool]);
+                one.train.global_batch = replicas[pool] * m * microbatch;
+                let strategy = Strategy {
+                    dp: replicas[pool],
+                    ..shape.clone()
+                };
+                let estimate = CostModel::for_few_estimates(&one)
+                    .and_then(|model| model.estimate(&strategy))
+                    .ok()?;
+                estimate.fits.then_some(estimate)
+            })
+            .clone()
     };
-    let best = best_shares(&replicas, total, &mut step_of)
-        .ok_or_else(|| fail("no split of the batch over the pools' replicas fits".into()))?;
+    let best = best_shares(&replicas, total, &mut |pool, m| {
+        estimate_of(pool, m).map(|e| e.step_time_s)
+    })
+    .ok_or_else(|| fail("no split of the batch over the pools' replicas fits".into()))?;
     let estimates: Vec<Estimate> = best
         .iter()
         .enumerate()
-        .map(|(pool, &m)| pool_estimate(pool, m).expect("the chosen split was costed"))
+        .map(|(pool, &m)| estimate_of(pool, m).expect("the chosen split was costed"))
         .collect();
     let slowest = (0..estimates.len())
         .max_by(|&a, &b| {
