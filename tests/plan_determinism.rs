@@ -20,7 +20,11 @@ fn plan_json(spec: &str, threads: &str) -> String {
 
 #[test]
 fn plan_files_do_not_depend_on_threads_or_runs() {
-    for spec in ["specs/llama3-70b.tsl", "specs/mixtral-8x7b.tsl"] {
+    for spec in [
+        "specs/llama3-70b.tsl",
+        "specs/mixtral-8x7b.tsl",
+        "specs/mixed-a100-l40s.tsl",
+    ] {
         let one = plan_json(spec, "1");
         assert_eq!(one, plan_json(spec, "2"), "{spec}: 1 vs 2 threads");
         assert_eq!(one, plan_json(spec, "4"), "{spec}: 1 vs 4 threads");
