@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use tessel_grammar::{load_file, Framework, SearchSpace};
+use tessel_grammar::{load_job, Framework, Job, SearchSpace};
 use tessel_interop::export::{export, ExportTarget};
 use tessel_planner::{plan, Objective, PlanError, PlanOptions};
 use tessel_symbolic::cost::CostModel;
@@ -34,7 +34,11 @@ fn every_example_spec_exports_its_plan_to_each_framework() {
     let mut exported = 0;
     let mut failures = Vec::new();
     for path in &paths {
-        let mut spec = load_file(path).unwrap_or_else(|d| panic!("{}: {d}", path.display()));
+        let mut spec = match load_job(path).unwrap_or_else(|d| panic!("{}: {d}", path.display())) {
+            Job::Train(spec) => *spec,
+            // Serving plans export to serving engines (tests/serving.rs).
+            Job::Serve(_) => continue,
+        };
         spec.strategies.clear();
         for framework in Framework::ALL {
             let Some(target) = target(framework) else {

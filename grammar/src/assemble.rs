@@ -6,14 +6,17 @@ use std::collections::HashMap;
 use crate::blocks::cluster::{self, GpuLookup};
 use crate::blocks::gpu::{self, GpuDef};
 use crate::blocks::strategy::{self, Context};
-use crate::blocks::{model, search, train};
+use crate::blocks::{model, search, serve, train};
 use crate::diagnostic::{Diagnostics, Problem};
 use crate::fields::{Fields, ResolvedField};
 use crate::loader::Loaded;
-use crate::resolve::{Kind, Resolver};
-use crate::spec::{ClusterSpec, GpuSpec, ModelSpec, SearchSpace, Spec, Strategy};
+use crate::resolve::{Kind, Resolver, ROOT_FILE};
+use crate::spec::{
+    ClusterSpec, GpuSpec, ModelSpec, Precision, SearchSpace, ServingSpec, Spec, Strategy,
+};
 
-/// Everything a spec file defines, checked. `spec` is present when the file has a `train` block.
+/// Everything a spec file defines, checked. `spec` is present when the file has a `train`
+/// block, `serving` when it has a `serve` block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Definitions {
     /// GPUs the spec defines itself (the built-in catalog is [`crate::gpu_catalog`]).
@@ -21,6 +24,7 @@ pub struct Definitions {
     pub clusters: Vec<ClusterSpec>,
     pub models: Vec<ModelSpec>,
     pub spec: Option<Spec>,
+    pub serving: Option<ServingSpec>,
     /// The built-in GPUs, in catalog order.
     pub(crate) catalog: Vec<GpuSpec>,
 }
@@ -33,12 +37,42 @@ fn fields_of(
     resolver.fields(index, problems).map(|f| f.to_vec())
 }
 
+/// A problem when the cluster's GPU has no tensor cores of `precision`.
+fn missing_precision(
+    cluster: &ClusterSpec,
+    precision: Precision,
+    span: crate::source::Span,
+    written: bool,
+) -> Option<Problem> {
+    if cluster.gpu.peak.for_precision(precision) != 0.0 {
+        return None;
+    }
+    let name = train::PRECISIONS
+        .iter()
+        .find(|(_, p)| *p == precision)
+        .map_or("", |(n, _)| n);
+    Some(
+        Problem::new(
+            span,
+            format!(
+                "GPU `{}` of cluster `{}` has no {} tensor cores (its `{name}` is 0)",
+                cluster.gpu.name,
+                cluster.name,
+                name.to_uppercase()
+            ),
+        )
+        .with_help(if written {
+            "choose another `precision`"
+        } else {
+            "`precision` defaults to `bf16`; set another, such as `precision = fp16`"
+        }),
+    )
+}
+
 /// The loader reads the catalog first, then the spec itself.
 const CATALOG_FILE: usize = 0;
-/// Which file a diagnostic about the whole spec names.
-const ROOT_FILE: usize = 1;
 
-pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diagnostics> {
+pub fn assemble(loaded: Loaded, require_job: bool) -> Result<Definitions, Diagnostics> {
     let mut problems = Vec::new();
     let (mut resolver, sources) = Resolver::new(loaded, &mut problems);
 
@@ -144,28 +178,12 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
                     }
                 });
             if let (Some(spec), Some(cluster)) = (&t.spec, &cluster) {
-                if cluster.gpu.peak.for_precision(spec.precision) == 0.0 {
-                    let name = train::PRECISIONS
-                        .iter()
-                        .find(|(_, p)| *p == spec.precision)
-                        .map_or("", |(n, _)| n);
-                    problems.push(
-                        Problem::new(
-                            precision_span,
-                            format!(
-                                "GPU `{}` of cluster `{}` has no {} tensor cores (its `{name}` is 0)",
-                                cluster.gpu.name,
-                                cluster.name,
-                                name.to_uppercase()
-                            ),
-                        )
-                        .with_help(if precision_written {
-                            "choose another `precision`"
-                        } else {
-                            "`precision` defaults to `bf16`; set another, such as `precision = fp16`"
-                        }),
-                    );
-                }
+                problems.extend(missing_precision(
+                    cluster,
+                    spec.precision,
+                    precision_span,
+                    precision_written,
+                ));
             }
             if let (Some(spec), Some(m)) = (&t.spec, &model) {
                 // Attention FLOPs grow with layers·seq_len·heads·head_dim; keep them in `u64`.
@@ -192,6 +210,100 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
                 }
             }
             job = Some((model, cluster, t.spec));
+        }
+    }
+
+    let serves = resolver.indices(Kind::Serve);
+    for &extra in serves.iter().skip(1) {
+        problems.push(
+            Problem::new(
+                resolver.blocks[extra].block.header,
+                "a spec has one `serve` block; this is another",
+            )
+            .with_help("move other deployments to their own files"),
+        );
+    }
+    if let (Some(&train_at), Some(&serve_at)) = (trains.first(), serves.first()) {
+        let train = &resolver.blocks[train_at];
+        let file = sources.file(train.file);
+        let (line, column) = file.line_column(train.block.header.start);
+        problems.push(
+            Problem::new(
+                resolver.blocks[serve_at].block.header,
+                "a spec has a `train` block or a `serve` block, not both",
+            )
+            .with_help(format!(
+                "move the serving job to a file of its own (the `train` block is at {}:{line}:{column})",
+                file.name
+            )),
+        );
+    }
+    let mut serving = None;
+    if let Some(&index) = serves.first() {
+        if let Some(fields) = fields_of(&mut resolver, index, &mut problems) {
+            let def = &resolver.blocks[index];
+            let mut f = Fields::new(def.owner(), def.block.header, fields, &mut problems);
+            let s = serve::lower(&mut f, &spec_dir);
+            let precision_span = f.get("precision").map_or(f.anchor, |v| v.span);
+            let kv_span = f.get("kv_precision").map_or(precision_span, |v| v.span);
+            let precision_written = f.has("precision");
+            let model = s
+                .model
+                .as_ref()
+                .and_then(|name| match models.get(&name.text) {
+                    Some(m) => m.clone(),
+                    None => {
+                        problems.push(resolver.unknown(Kind::Model, name, ""));
+                        None
+                    }
+                });
+            let cluster = s
+                .cluster
+                .as_ref()
+                .and_then(|name| match clusters.get(&name.text) {
+                    Some(c) => c.clone(),
+                    None => {
+                        problems.push(resolver.unknown(Kind::Cluster, name, ""));
+                        None
+                    }
+                });
+            if let (Some(serve), Some(cluster)) = (&s.serve, &cluster) {
+                problems.extend(missing_precision(
+                    cluster,
+                    serve.precision,
+                    precision_span,
+                    precision_written,
+                ));
+                // An FP8 cache is stored in FP8 and read back into the weights' precision: it
+                // needs no FP8 tensor cores.
+                if serve.kv_precision != serve.precision && serve.kv_precision != Precision::Fp8 {
+                    problems.extend(missing_precision(
+                        cluster,
+                        serve.kv_precision,
+                        kv_span,
+                        true,
+                    ));
+                }
+                if !cluster.pools.is_empty() {
+                    problems.push(
+                        Problem::new(
+                            resolver.blocks[index].block.header,
+                            format!(
+                                "cluster `{}` has pools; serving is planned on one GPU type",
+                                cluster.name
+                            ),
+                        )
+                        .with_help("serve on a cluster without `pool` blocks"),
+                    );
+                }
+            }
+            if let (Some(serve), Some(model), Some(cluster)) = (s.serve, model, cluster) {
+                serving = Some(ServingSpec {
+                    model,
+                    cluster,
+                    serve,
+                });
+            }
         }
     }
 
@@ -231,13 +343,14 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
         });
     }
 
-    if job.is_none() && require_train && problems.is_empty() {
+    if job.is_none() && serves.is_empty() && require_job && problems.is_empty() {
         let name = sources.files.get(ROOT_FILE).map_or("", |f| f.name.as_str());
         problems.push(Problem {
             span: None,
             message: format!("`{name}` has no `train` block"),
             help: Some(
-                "add `train { model = ..., cluster = ..., seq_len = ..., global_batch = ... }`"
+                "add `train { model = ..., cluster = ..., seq_len = ..., global_batch = ... }`, \
+                 or `serve { model = ..., cluster = ..., workload = ..., slo = ... }`"
                     .into(),
             ),
             file_name: Some(name.to_string()),
@@ -261,6 +374,7 @@ pub fn assemble(loaded: Loaded, require_train: bool) -> Result<Definitions, Diag
         clusters: cluster_list,
         models: model_list,
         spec,
+        serving,
         catalog,
     })
 }

@@ -290,6 +290,11 @@ fn arithmetic_operand(
     match v.value {
         Value::Quantity { value, dim } => Some((value, dim)),
         Value::Invalid => None,
+        // A unit standing alone is one of it, so that `6/s` is a rate and `2 * GB` a size.
+        Value::Ident(name) if crate::units::lookup(&name).is_ok() => {
+            let (dim, multiplier, divisor) = crate::units::lookup(&name).ok()?;
+            Some((multiplier / divisor, dim))
+        }
         Value::Ident(name) => {
             problems.push(
                 Problem::new(v.span, format!("unknown name `{name}` in arithmetic")).with_help(

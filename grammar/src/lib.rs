@@ -62,6 +62,20 @@ pub fn load_str(file_name: &str, source: &str) -> Result<Spec, Diagnostics> {
     into_spec(file_name, definitions)
 }
 
+/// Loads the spec at `path`, a training job (`train` block) or a serving one (`serve`).
+pub fn load_job(path: &Path) -> Result<Job, Diagnostics> {
+    let name = path.display().to_string();
+    into_job(&name, assemble::assemble(Loaded::from_path(path), true)?)
+}
+
+/// [`load_job`] for a spec held in memory.
+pub fn load_job_str(file_name: &str, source: &str) -> Result<Job, Diagnostics> {
+    into_job(
+        file_name,
+        assemble::assemble(Loaded::from_str(file_name, source), true)?,
+    )
+}
+
 /// Loads and checks every block of the file at `path`; unlike [`load_file`] the file needs no
 /// `train` block (a file of cluster or model definitions).
 pub fn load_definitions(path: &Path) -> Result<Definitions, Diagnostics> {
@@ -74,13 +88,28 @@ pub fn load_definitions_str(file_name: &str, source: &str) -> Result<Definitions
 }
 
 fn into_spec(file_name: &str, definitions: Definitions) -> Result<Spec, Diagnostics> {
-    // `assemble` with `require_train` reports why a job is incomplete; this is a safety net.
-    definitions.spec.ok_or_else(|| {
-        Diagnostics(vec![Diagnostic::whole_file(
+    match into_job(file_name, definitions)? {
+        Job::Train(spec) => Ok(*spec),
+        Job::Serve(_) => Err(Diagnostics(vec![Diagnostic::whole_file(
             file_name,
-            format!("`{file_name}` does not describe a complete training job"),
-        )])
-    })
+            format!(
+                "`{file_name}` is a serving spec (a `serve` block); this command takes a \
+                 training job (a `train` block). `tessel plan` plans serving specs"
+            ),
+        )])),
+    }
+}
+
+fn into_job(file_name: &str, definitions: Definitions) -> Result<Job, Diagnostics> {
+    // `assemble` with `require_job` reports why a job is incomplete; this is a safety net.
+    match (definitions.spec, definitions.serving) {
+        (Some(spec), _) => Ok(Job::Train(Box::new(spec))),
+        (None, Some(serving)) => Ok(Job::Serve(Box::new(serving))),
+        (None, None) => Err(Diagnostics(vec![Diagnostic::whole_file(
+            file_name,
+            format!("`{file_name}` does not describe a complete training or serving job"),
+        )])),
+    }
 }
 
 /// The built-in GPU catalog (`grammar/catalog/gpus.tsl`), in catalog order.

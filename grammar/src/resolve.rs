@@ -18,16 +18,18 @@ pub enum Kind {
     Cluster,
     Model,
     Train,
+    Serve,
     Strategy,
     Search,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Gpu,
         Kind::Cluster,
         Kind::Model,
         Kind::Train,
+        Kind::Serve,
         Kind::Strategy,
         Kind::Search,
     ];
@@ -38,14 +40,20 @@ impl Kind {
             Kind::Cluster => "cluster",
             Kind::Model => "model",
             Kind::Train => "train",
+            Kind::Serve => "serve",
             Kind::Strategy => "strategy",
             Kind::Search => "search",
         }
     }
 
-    /// `train` and `search` describe the job itself and may go without a name.
+    /// `train`, `serve` and `search` describe the job itself and may go without a name.
     fn name_optional(self) -> bool {
-        matches!(self, Kind::Train | Kind::Search)
+        self.is_job()
+    }
+
+    /// Blocks that describe the file's own job rather than define something to reuse.
+    fn is_job(self) -> bool {
+        matches!(self, Kind::Train | Kind::Serve | Kind::Search)
     }
 
     /// What references to this kind are called in messages ("unknown GPU `x`").
@@ -77,6 +85,9 @@ impl BlockDef {
         }
     }
 }
+
+/// The spec itself; the loader reads the catalog (file 0) first.
+pub const ROOT_FILE: FileId = 1;
 
 /// Every block of a spec, evaluated on demand with `extends` applied.
 pub struct Resolver {
@@ -118,8 +129,8 @@ impl Resolver {
                         let keywords = Kind::ALL.map(Kind::keyword);
                         let help = suggest::did_you_mean(&block.kind.text, keywords)
                             .unwrap_or_else(|| {
-                                "blocks are `gpu`, `cluster`, `model`, `train`, `strategy` and \
-                                 `search`"
+                                "blocks are `gpu`, `cluster`, `model`, `train`, `serve`, \
+                                 `strategy` and `search`"
                                     .to_string()
                             });
                         problems.push(
@@ -131,6 +142,11 @@ impl Resolver {
                         );
                         continue;
                     };
+                    // A used file lends its definitions; its job (`train`, `serve`, `search`)
+                    // stays its own, so a serving spec can use a training spec's model.
+                    if kind.is_job() && file != ROOT_FILE {
+                        continue;
+                    }
                     let name = match &block.name {
                         Some(n) => n.text.clone(),
                         None if kind.name_optional() => kind.keyword().to_string(),

@@ -981,3 +981,166 @@ impl Default for SearchSpace {
         }
     }
 }
+
+/// A whole resolved serving spec: the model and cluster named by the `serve` block and the
+/// job itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServingSpec {
+    pub model: ModelSpec,
+    pub cluster: ClusterSpec,
+    pub serve: ServeSpec,
+}
+
+/// What a spec file asks for: a training job or a serving one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Job {
+    Train(Box<Spec>),
+    Serve(Box<ServingSpec>),
+}
+
+/// The `serve` block: how requests arrive and what latency they must see.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServeSpec {
+    /// Weights and activations.
+    pub precision: Precision,
+    /// The KV cache's elements (`kv_precision`); the weights' precision unless set.
+    pub kv_precision: Precision,
+    pub workload: Workload,
+    pub slo: Slo,
+    /// Which deployments the planner may choose.
+    pub deployment: DeploymentChoice,
+    /// The engine the plan is written for and exported to.
+    pub engine: ServingEngine,
+}
+
+/// Requests: their rate and lengths, drawn from distributions or read from a trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// Requests per second; with a trace, its arrivals are rescaled to this mean rate, and
+    /// without one the trace's own rate holds.
+    pub rate: Option<f64>,
+    pub prompt: LengthDistribution,
+    pub output: LengthDistribution,
+    /// Requests each simulation replays.
+    pub requests: u64,
+    /// Seeds arrivals and lengths: the same seed, the same requests.
+    pub seed: u64,
+    /// A file of requests (`trace = "requests.csv"`) in place of the distributions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceFile>,
+}
+
+/// Token counts of a prompt or an output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LengthDistribution {
+    pub mean: f64,
+    /// Longer draws are cut to `max`; the model's context cuts them anyway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    pub shape: LengthShape,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LengthShape {
+    /// Every request the mean.
+    Fixed,
+    /// Uniform on `[1, 2·mean − 1]`.
+    Uniform,
+    /// Exponential with the mean: many short requests, a long tail (chat traces' shape).
+    Exponential,
+}
+
+impl LengthShape {
+    pub const ALL: [LengthShape; 3] = [
+        LengthShape::Fixed,
+        LengthShape::Uniform,
+        LengthShape::Exponential,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LengthShape::Fixed => "fixed",
+            LengthShape::Uniform => "uniform",
+            LengthShape::Exponential => "exponential",
+        }
+    }
+}
+
+/// A request file the spec names, read by `tessel-interop` (its format is foreign).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceFile {
+    /// As the spec writes it, relative to the spec.
+    pub path: String,
+    /// Where it was read from.
+    #[serde(skip)]
+    pub resolved: std::path::PathBuf,
+    /// SHA-256 of its bytes, hex: a changed trace is a changed spec.
+    pub digest: String,
+}
+
+/// One request of a workload.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Seconds from the first request.
+    pub arrival: f64,
+    pub prompt: u64,
+    pub output: u64,
+}
+
+/// Latency targets and the fraction of requests that must meet both.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    /// Time to first token, seconds.
+    pub ttft: f64,
+    /// Time per output token after the first, seconds.
+    pub tpot: f64,
+    pub attainment: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeploymentChoice {
+    /// Colocated and disaggregated deployments, the better kept.
+    #[default]
+    Auto,
+    /// Each instance runs prefill and decode (vLLM's, SGLang's default).
+    Colocated,
+    /// Prefill and decode on instances of their own, the KV cache sent between (DistServe).
+    Disaggregated,
+}
+
+impl DeploymentChoice {
+    pub const ALL: [DeploymentChoice; 3] = [
+        DeploymentChoice::Auto,
+        DeploymentChoice::Colocated,
+        DeploymentChoice::Disaggregated,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DeploymentChoice::Auto => "auto",
+            DeploymentChoice::Colocated => "colocated",
+            DeploymentChoice::Disaggregated => "disaggregated",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServingEngine {
+    #[default]
+    Vllm,
+    Sglang,
+}
+
+impl ServingEngine {
+    pub const ALL: [ServingEngine; 2] = [ServingEngine::Vllm, ServingEngine::Sglang];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServingEngine::Vllm => "vllm",
+            ServingEngine::Sglang => "sglang",
+        }
+    }
+}

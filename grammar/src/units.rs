@@ -18,6 +18,8 @@ impl Dim {
     pub const COMPUTE: Dim = Dim::new(0, 1, -1);
     pub const TIME: Dim = Dim::new(0, 0, 1);
     pub const WORK: Dim = Dim::new(0, 1, 0);
+    /// Events per second: a request rate, `6/s`.
+    pub const RATE: Dim = Dim::new(0, 0, -1);
 
     const fn new(bytes: i32, flops: i32, seconds: i32) -> Dim {
         Dim {
@@ -52,6 +54,7 @@ impl Dim {
             Dim::COMPUTE => "a compute rate".into(),
             Dim::TIME => "a time".into(),
             Dim::WORK => "an amount of work (FLOP)".into(),
+            Dim::RATE => "a rate".into(),
             _ => {
                 let mut parts = Vec::new();
                 for (name, exponent) in
@@ -75,6 +78,7 @@ impl Dim {
             Dim::BANDWIDTH => "`400 GB/s`",
             Dim::COMPUTE => "`989 TFLOPS`",
             Dim::TIME => "`5 us`",
+            Dim::RATE => "`6/s`",
             _ => "`8`",
         }
     }

@@ -28,6 +28,7 @@ mod render;
 pub mod report;
 pub mod schedule;
 mod search;
+pub mod serving;
 mod space;
 
 pub use checkpoints::{checkpoint_explanation, checkpoint_line, checkpoint_plan, CheckpointPlan};

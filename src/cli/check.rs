@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use tessel_grammar::{
     load_definitions, Choice, ClusterSpec, Definitions, Link, ModelSpec, Offload, Precision,
-    Recompute, SearchSpace, Spec, Strategy,
+    Recompute, SearchSpace, ServingSpec, Spec, Strategy,
 };
 
 use super::{bytes, count, duration, grouped, si, EXIT_BAD_INPUT};
@@ -35,15 +35,20 @@ pub fn run(args: &Args) -> ExitCode {
 }
 
 fn defines_nothing(d: &Definitions) -> bool {
-    d.spec.is_none() && d.models.is_empty() && d.clusters.is_empty() && d.gpus.is_empty()
+    d.spec.is_none()
+        && d.serving.is_none()
+        && d.models.is_empty()
+        && d.clusters.is_empty()
+        && d.gpus.is_empty()
 }
 
 /// The whole summary: the job when the file has a `train` block, else every definition.
 fn report(file: &str, definitions: &Definitions) -> String {
     let mut out = format!("ok: {file}\n");
-    match &definitions.spec {
-        Some(spec) => job(&mut out, spec),
-        None => {
+    match (&definitions.spec, &definitions.serving) {
+        (Some(spec), _) => job(&mut out, spec),
+        (None, Some(serving)) => serving_job(&mut out, serving),
+        (None, None) => {
             for model in &definitions.models {
                 out.push('\n');
                 model_summary(&mut out, model, None);
@@ -66,6 +71,61 @@ fn report(file: &str, definitions: &Definitions) -> String {
         }
     }
     out
+}
+
+fn serving_job(out: &mut String, spec: &ServingSpec) {
+    let serve = &spec.serve;
+    out.push('\n');
+    model_summary(out, &spec.model, None);
+    out.push('\n');
+    cluster_summary(out, &spec.cluster, serve.precision);
+    let w = &serve.workload;
+    let _ = writeln!(out, "\nserve");
+    let _ = writeln!(
+        out,
+        "  {:<16}{}, KV cache {}",
+        "precision",
+        precision_name(serve.precision),
+        precision_name(serve.kv_precision)
+    );
+    let rate = w
+        .rate
+        .map_or("the trace's own".to_string(), |r| format!("{r} requests/s"));
+    match &w.trace {
+        Some(trace) => {
+            let _ = writeln!(out, "  {:<16}trace {} at {rate}", "workload", trace.path);
+        }
+        None => {
+            let lengths = |l: &tessel_grammar::LengthDistribution| {
+                let max = l.max.map_or(String::new(), |m| format!(", at most {m}"));
+                format!("{} mean {}{max}", l.shape.name(), l.mean)
+            };
+            let _ = writeln!(
+                out,
+                "  {:<16}{rate}; prompts {}; outputs {}",
+                "workload",
+                lengths(&w.prompt),
+                lengths(&w.output)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  {:<16}ttft ≤ {} s, tpot ≤ {} s, for {}% of requests",
+        "slo",
+        serve.slo.ttft,
+        serve.slo.tpot,
+        serve.slo.attainment * 100.0
+    );
+    let _ = writeln!(
+        out,
+        "  {:<16}{} on {}; {} requests per simulation, seed {}",
+        "deployment",
+        serve.deployment.name(),
+        serve.engine.name(),
+        w.requests,
+        w.seed
+    );
 }
 
 fn job(out: &mut String, spec: &Spec) {

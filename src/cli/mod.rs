@@ -10,6 +10,7 @@ pub mod launch;
 pub mod plan;
 pub mod replan;
 pub mod report;
+pub mod serve_plan;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -70,9 +71,13 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// The cluster resized, or why it cannot be.
+    /// The spec's cluster resized, or why it cannot be.
     pub fn apply(&self, spec: &mut Spec) -> Result<(), String> {
-        let cluster = &mut spec.cluster;
+        self.resize(&mut spec.cluster)
+    }
+
+    /// The cluster resized, or why it cannot be.
+    pub fn resize(&self, cluster: &mut tessel_grammar::ClusterSpec) -> Result<(), String> {
         if !cluster.pools.is_empty() && (self.gpus.is_some() || self.nodes.is_some()) {
             return Err(format!(
                 "cluster `{}` is made of pools; set each pool's `nodes` in the spec instead of \

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use tessel_grammar::Spec;
+use tessel_grammar::{Job, Spec};
 use tessel_planner::{
     estimate_placed, plan, plan_fixed, plan_on_pools, render_explain, render_markdown,
     render_table, render_validated_alternative, Objective, Plan, PlanError, PlanOptions,
@@ -62,7 +62,7 @@ pub struct Args {
 }
 
 impl Args {
-    fn is_fixed(&self) -> bool {
+    pub fn is_fixed(&self) -> bool {
         let s = &self.fixed;
         s.strategy.is_some()
             || [s.dp, s.tp, s.pp, s.cp, s.ep, s.microbatch, s.interleave]
@@ -82,10 +82,15 @@ pub fn parse_objective(text: &str) -> Result<Objective, String> {
 }
 
 pub fn run(args: &Args) -> ExitCode {
-    let spec = match super::load_resized_spec(&args.spec, &args.cluster) {
-        Ok(spec) => spec,
-        Err(code) => return code,
+    let mut spec = match tessel_grammar::load_job(&args.spec) {
+        Ok(Job::Serve(serving)) => return super::serve_plan::run(args, *serving),
+        Ok(Job::Train(spec)) => *spec,
+        Err(diagnostics) => return super::print_diagnostics(&args.spec, &diagnostics),
     };
+    if let Err(message) = args.cluster.apply(&mut spec) {
+        eprintln!("error: {message}");
+        return ExitCode::from(EXIT_BAD_INPUT);
+    }
     let model = match CostModel::new(&spec) {
         Ok(model) => model,
         Err(error) => {

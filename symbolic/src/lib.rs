@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod cost;
 mod expr;
 pub mod primitives;
+pub mod serving;
 pub mod uncertainty;
 pub mod validation;
 

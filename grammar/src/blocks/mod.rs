@@ -4,5 +4,6 @@ pub mod cluster;
 pub mod gpu;
 pub mod model;
 pub mod search;
+pub mod serve;
 pub mod strategy;
 pub mod train;

@@ -4,12 +4,14 @@
 //! - [`nccl_tests`]: the output of NVIDIA's nccl-tests (`all_reduce_perf`, ...);
 //! - [`gemm_csv`]: a CSV of GEMM timings (`m,n,k` and a time or a rate);
 //! - [`kineto`]: PyTorch profiler traces (NCCL kernels and what they moved, GEMMs with shapes);
+//! - [`requests`]: request traces of serving workloads (Azure's LLM inference traces);
 //! - [`tessel`]: Tessel's own `tessel launch --trace` files (their collectives, and the run
 //!   with each rank's time per step).
 
 pub mod gemm_csv;
 pub mod kineto;
 pub mod nccl_tests;
+pub mod requests;
 pub mod tessel;
 
 use std::fmt;
@@ -17,6 +19,7 @@ use std::fmt;
 pub use gemm_csv::{parse_gemm_csv, GemmTiming};
 pub use kineto::{kineto_trace, parse_kineto_trace, KinetoCollective, KinetoGemm, KinetoTrace};
 pub use nccl_tests::{parse_nccl_tests, NcclTestsDevice, NcclTestsRow, NcclTestsRun};
+pub use requests::parse_request_trace;
 pub use tessel::{
     parse_tessel_trace, tessel_trace, RankWork, StepWork, TesselCollective, TesselTrace,
     TracedMatmul, TracedRun,
