@@ -140,6 +140,22 @@ const CASES: &[(&str, &[&str])] = &[
         "check_moe_expert_width_default",
         &["check", "tests/specs/moe-expert-width-default.tsl"],
     ),
+    (
+        "plan_serve_llama3_8b_explain",
+        &["plan", "specs/serve-llama3-8b.tsl", "--explain"],
+    ),
+    (
+        "plan_serve_llama3_70b_markdown",
+        &["plan", "specs/serve-llama3-70b.tsl", "--format", "markdown"],
+    ),
+    (
+        "plan_serve_on_too_few_gpus",
+        &["plan", "specs/serve-llama3-70b.tsl", "--gpus", "1"],
+    ),
+    (
+        "estimate_refuses_a_serving_spec",
+        &["estimate", "specs/serve-llama3-8b.tsl"],
+    ),
 ];
 
 fn render(args: &[&str]) -> String {

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use tessel_planner::serving::diff::diff_serving_plans;
+use tessel_planner::serving::plan::{is_serving_plan, ServingPlan};
 use tessel_planner::{diff_plans, render_diff_markdown, render_diff_text, Plan};
 
 use super::{EXIT_BAD_INPUT, EXIT_REGRESSION};
@@ -51,7 +53,59 @@ pub fn read_plan(path: &Path) -> Result<Plan, ExitCode> {
     })
 }
 
+/// Both files serving plans: their diff. `None` when neither is one; exit 1 when one is.
+fn serving_diff(args: &Args) -> Option<ExitCode> {
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
+    let (old, new) = (read(&args.old), read(&args.new));
+    match (is_serving_plan(&old), is_serving_plan(&new)) {
+        (false, false) => return None,
+        (true, true) => {}
+        _ => {
+            eprintln!(
+                "error: `{}` and `{}` are not both serving plans or both training plans",
+                args.old.display(),
+                args.new.display()
+            );
+            return Some(ExitCode::from(EXIT_BAD_INPUT));
+        }
+    }
+    let parse = |path: &Path, text: &str| {
+        ServingPlan::from_json(text).map_err(|error| {
+            eprintln!("error: `{}`: {error}", path.display());
+            ExitCode::from(EXIT_BAD_INPUT)
+        })
+    };
+    let (old, new) = match (parse(&args.old, &old), parse(&args.new, &new)) {
+        (Ok(old), Ok(new)) => (old, new),
+        (Err(code), _) | (_, Err(code)) => return Some(code),
+    };
+    let diff = diff_serving_plans(
+        (&args.old.display().to_string(), &old),
+        (&args.new.display().to_string(), &new),
+        args.fail_on_regression,
+    );
+    print!(
+        "{}",
+        match args.format {
+            Format::Text => diff.render(false),
+            Format::Markdown => diff.render(true),
+            Format::Json => diff.to_json(),
+        }
+    );
+    for failure in &diff.failures {
+        eprintln!("regression: {failure}");
+    }
+    Some(if diff.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_REGRESSION)
+    })
+}
+
 pub fn run(args: &Args) -> ExitCode {
+    if let Some(code) = serving_diff(args) {
+        return code;
+    }
     let old = match read_plan(&args.old) {
         Ok(plan) => plan,
         Err(code) => return code,

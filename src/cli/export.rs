@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tessel_grammar::{Spec, Strategy};
+use tessel_interop::export::serving::{
+    export_serving, LaunchPhase, LaunchRole, ServingLaunch, ServingTarget,
+};
 use tessel_interop::{ExportOptions, ExportTarget};
+use tessel_planner::serving::plan::{is_serving_plan, ServingPlan};
 use tessel_planner::{checkpoint_plan, Plan, PLAN_FORMAT};
 use tessel_symbolic::cost::CostModel;
 
@@ -21,17 +25,32 @@ pub struct Args {
     /// The spec's `strategy` block to export (only with a spec file).
     #[arg(long)]
     pub strategy: Option<String>,
-    /// The framework: megatron, torchtitan or deepspeed.
+    /// The framework: megatron, torchtitan or deepspeed for a training plan; vllm or sglang for
+    /// a serving plan.
     #[arg(long, value_parser = parse_target)]
-    pub to: ExportTarget,
+    pub to: Target,
     /// Write the configuration to this file instead of standard output.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
 }
 
-fn parse_target(text: &str) -> Result<ExportTarget, String> {
+/// What `--to` names: a training framework or a serving engine.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    Training(ExportTarget),
+    Serving(ServingTarget),
+}
+
+fn parse_target(text: &str) -> Result<Target, String> {
     text.parse()
-        .map_err(|_| format!("`{text}` is not a target; use megatron, torchtitan or deepspeed"))
+        .map(Target::Training)
+        .or_else(|_| text.parse().map(Target::Serving))
+        .map_err(|_| {
+            format!(
+                "`{text}` is not a target; use megatron, torchtitan or deepspeed for training, \
+                 vllm or sglang for serving"
+            )
+        })
 }
 
 /// Whether `text` (read from `path`) is meant as a plan file: named `*.json`, or a JSON object
@@ -48,6 +67,27 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(text) => text,
         Err(error) => {
             eprintln!("error: cannot read `{}`: {error}", args.input.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let serving_plan = is_serving_plan(&text);
+    let to = match (args.to, serving_plan) {
+        (Target::Serving(target), true) => return export_serving_plan(args, &text, target),
+        (Target::Training(to), false) => to,
+        (Target::Serving(target), false) => {
+            eprintln!(
+                "error: `{}` is not a serving plan; `--to {target}` exports the plans `tessel \
+                 plan` writes for specs with a `serve` block",
+                args.input.display()
+            );
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+        (Target::Training(to), true) => {
+            eprintln!(
+                "error: `{}` is a serving plan; export it with `--to vllm` or `--to sglang`, not \
+                 `--to {to}`",
+                args.input.display()
+            );
             return ExitCode::from(EXIT_BAD_INPUT);
         }
     };
@@ -68,7 +108,7 @@ pub fn run(args: &Args) -> ExitCode {
         checkpoint_plan(&spec, estimate.ok()?.step_time_s)?.interval_steps
     });
     let options = ExportOptions { checkpoint_every };
-    let mut exported = tessel_interop::export_with(&spec, &strategy, args.to, &options);
+    let mut exported = tessel_interop::export_with(&spec, &strategy, to, &options);
     exported.notes.append(&mut notes);
     eprint!("{}", exported.summary());
     super::write_output(args.output.as_deref(), &exported.text)
@@ -97,6 +137,51 @@ fn from_spec(args: &Args) -> Result<(Spec, Strategy), ExitCode> {
             Err(ExitCode::from(EXIT_BAD_INPUT))
         }
     }
+}
+
+/// A serving plan's deployment as the engine's launch commands.
+fn export_serving_plan(args: &Args, text: &str, target: ServingTarget) -> ExitCode {
+    let plan = match ServingPlan::from_json(text) {
+        Ok(plan) => plan,
+        Err(error) => {
+            eprintln!("error: `{}`: {error}", args.input.display());
+            return ExitCode::from(EXIT_BAD_INPUT);
+        }
+    };
+    let role = |name: &str| match name {
+        "prefill" => LaunchRole::Prefill,
+        "decode" => LaunchRole::Decode,
+        _ => LaunchRole::Both,
+    };
+    let launch = ServingLaunch {
+        model: plan.model.clone(),
+        precision: plan.precision,
+        kv_precision: plan.kv_precision,
+        gpus_per_node: plan.gpus_per_node,
+        phases: plan
+            .chosen
+            .phases
+            .iter()
+            .map(|p| LaunchPhase {
+                role: role(&p.role),
+                instances: p.instances,
+                tp: p.tp,
+                pp: p.pp,
+                max_sequences: p.max_sequences,
+                max_batched_tokens: p.max_batched_tokens,
+            })
+            .collect(),
+        kv_same_node: plan.chosen.kv_transfer.as_deref() == Some("nvlink"),
+    };
+    let mut exported = export_serving(&launch, target);
+    if plan.engine != target.name() {
+        exported.notes.push(format!(
+            "the plan was made for {}'s engine; its latencies assume that engine's scheduling",
+            plan.engine
+        ));
+    }
+    eprint!("{}", exported.summary());
+    super::write_output(args.output.as_deref(), &exported.text)
 }
 
 /// The plan's spec and configuration, and what the target will not see of it.

@@ -7,6 +7,7 @@
 mod batches;
 mod deepspeed;
 mod megatron;
+pub mod serving;
 mod stages;
 #[cfg(test)]
 pub(crate) mod test_spec;

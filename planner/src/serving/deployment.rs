@@ -35,6 +35,23 @@ pub enum Deployment {
 }
 
 impl Deployment {
+    /// The deployment with its instance counts left out: what its instances are.
+    pub fn kind_of_instances(&self) -> Deployment {
+        let bare = |p: &Phase| Phase { instances: 0, ..*p };
+        match self {
+            Deployment::Colocated(phase) => Deployment::Colocated(bare(phase)),
+            Deployment::Disaggregated {
+                prefill,
+                decode,
+                same_node,
+            } => Deployment::Disaggregated {
+                prefill: bare(prefill),
+                decode: bare(decode),
+                same_node: *same_node,
+            },
+        }
+    }
+
     pub fn gpus(&self) -> u64 {
         match self {
             Deployment::Colocated(phase) => phase.gpus(),
@@ -109,9 +126,14 @@ impl Latencies {
 
     /// Fractions of requests meeting each target, and both.
     pub fn attainment(&self, slo: &Slo) -> (f64, f64, f64) {
-        let n = self.ttft.len().max(1) as f64;
+        self.attainment_after(slo, 0)
+    }
+
+    /// [`Latencies::attainment`] of the requests after the first `skip` (a warm-up).
+    pub fn attainment_after(&self, slo: &Slo, skip: usize) -> (f64, f64, f64) {
+        let n = self.ttft.len().saturating_sub(skip).max(1) as f64;
         let (mut both, mut first, mut per_token) = (0usize, 0usize, 0usize);
-        for (ttft, tpot) in self.ttft.iter().zip(&self.tpot) {
+        for (ttft, tpot) in self.ttft.iter().zip(&self.tpot).skip(skip) {
             let a = *ttft <= slo.ttft;
             let b = tpot.is_none_or(|t| t <= slo.tpot);
             first += usize::from(a);

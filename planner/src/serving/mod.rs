@@ -3,6 +3,7 @@
 //! search for the deployment with the most goodput per GPU within the SLO.
 
 pub mod deployment;
+pub mod diff;
 pub mod engine;
 pub mod plan;
 pub mod render;

@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tessel_grammar::{Request, ServingSpec, Slo};
+use tessel_grammar::{Precision, Request, ServingSpec, Slo};
+use tessel_symbolic::serving::{InstanceShape, GPU_MEMORY_UTILIZATION};
 
 use super::deployment::{cost_model, simulate, Deployment, LatencySummary, Phase};
 use super::search::{rank_deployments, RankedDeployment, RequestSource, BATCH_LIMITS};
@@ -45,8 +46,13 @@ pub struct PlannedDeployment {
     /// instances share nodes) or `network`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_transfer: Option<String>,
-    /// Requests per second the deployment serves within the SLO.
+    /// Requests per second the deployment serves within the SLO (its instances' probed
+    /// rates; a disaggregated deployment's scarcer phase).
     pub sustained_rate: f64,
+    /// `sustained_rate` per GPU.
+    pub capacity_per_gpu: f64,
+    /// Requests per second per GPU that meet the SLO at the workload's rate (the rate times
+    /// the simulated attainment, over the GPUs): what the search maximises.
     pub goodput_per_gpu: f64,
     /// Which target limits the rate: `ttft` or `tpot`.
     pub binding: String,
@@ -69,8 +75,10 @@ pub struct PlannedWorkload {
 pub struct ServingSearchStats {
     /// Instance configurations (role, shape, batch limits) whose goodput was simulated.
     pub configurations: usize,
-    /// Deployments that serve the rate on the cluster.
+    /// Deployments that serve the rate on the cluster by their instances' probes.
     pub deployments: usize,
+    /// Of those, the ones passed over because the whole simulation at the rate missed the SLO.
+    pub rejected: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,7 +88,10 @@ pub struct ServingPlan {
     pub model: String,
     pub cluster: String,
     pub gpus_available: u64,
+    pub gpus_per_node: u64,
     pub engine: String,
+    pub precision: Precision,
+    pub kv_precision: Precision,
     pub workload: PlannedWorkload,
     pub slo: Slo,
     pub chosen: PlannedDeployment,
@@ -154,6 +165,7 @@ fn planned_phase(spec: &ServingSpec, role: &str, phase: &Phase) -> PlannedPhase 
 fn planned(
     spec: &ServingSpec,
     ranked: &RankedDeployment,
+    rate: f64,
     at_rate: LatencySummary,
 ) -> PlannedDeployment {
     let (kind, phases, kv_transfer) = match &ranked.deployment {
@@ -179,7 +191,8 @@ fn planned(
         phases,
         kv_transfer,
         sustained_rate: ranked.sustained_rate,
-        goodput_per_gpu: ranked.goodput_per_gpu,
+        capacity_per_gpu: ranked.capacity_per_gpu,
+        goodput_per_gpu: rate * at_rate.attainment / ranked.deployment.gpus() as f64,
         binding: ranked.binding.to_string(),
         at_rate,
     }
@@ -206,13 +219,18 @@ pub fn plan_serving(
     })?;
     let (ranked, configurations) = rank_deployments(&source, rate);
     if configurations == 0 {
+        let weights = cost_model(spec, InstanceShape { tp: 1, pp: 1 }).weight_bytes();
+        let usable = spec.cluster.gpu.memory * GPU_MEMORY_UTILIZATION;
         return Err(ServingPlanError::NothingFits {
             detail: format!(
-                "the weights of `{}` leave no room for a request's KV cache on any instance of \
-                 up to {} GPUs of `{}`",
+                "the weights of `{}` ({:.1} GB) and a request's KV cache do not fit any instance \
+                 of up to {} GPUs of `{}` ({:.1} GB usable per GPU): at least {} GPUs are needed",
                 spec.model.name,
+                weights / 1e9,
                 spec.cluster.total_gpus(),
-                spec.cluster.name
+                spec.cluster.name,
+                usable / 1e9,
+                (weights / usable).ceil() as u64
             ),
         });
     }
@@ -221,19 +239,43 @@ pub fn plan_serving(
     }
     let top = top.unwrap_or(DEFAULT_TOP);
     let requests = source.requests(rate, spec.serve.workload.requests);
-    let simulated: Vec<PlannedDeployment> = ranked
-        .iter()
-        .take(top + 1)
-        .filter_map(|r| {
-            let latencies = simulate(spec, &r.deployment, &requests)?;
-            Some(planned(spec, r, latencies.summary(&spec.serve.slo)))
-        })
-        .collect();
-    let mut deployments = simulated.into_iter();
+    // Best first, each simulated whole at the workload's rate: one that misses the SLO there
+    // (its instances' rates were probed alone, on fewer requests) is passed over.
+    let mut verified = Vec::new();
+    let mut listed = Vec::new();
+    let mut rejected = 0;
+    for r in &ranked {
+        if verified.len() > top {
+            break;
+        }
+        // Runners-up differ in their instances, not only in how many.
+        let kind = r.deployment.kind_of_instances();
+        if listed.contains(&kind) {
+            continue;
+        }
+        let Some(latencies) = simulate(spec, &r.deployment, &requests) else {
+            rejected += 1;
+            continue;
+        };
+        let summary = latencies.summary(&spec.serve.slo);
+        if summary.attainment < spec.serve.slo.attainment {
+            rejected += 1;
+            continue;
+        }
+        listed.push(kind);
+        verified.push(planned(spec, r, rate, summary));
+    }
+    // At equal GPUs a higher attainment is more goodput; the sort is stable.
+    verified.sort_by(|a, b| b.goodput_per_gpu.total_cmp(&a.goodput_per_gpu));
+    let mut deployments = verified.into_iter();
     let chosen = deployments
         .next()
-        .ok_or_else(|| ServingPlanError::NothingFits {
-            detail: "no deployment's KV cache holds the workload's longest request".into(),
+        .ok_or_else(|| ServingPlanError::SloOutOfReach {
+            detail: format!(
+                "each of the {} deployments that serve {rate} requests/s on the cluster by their \
+             instances' probes misses the SLO when simulated whole",
+                ranked.len()
+            ),
         })?;
     Ok(ServingPlan {
         format: SERVING_PLAN_FORMAT.to_string(),
@@ -241,7 +283,10 @@ pub fn plan_serving(
         model: spec.model.name.clone(),
         cluster: spec.cluster.name.clone(),
         gpus_available: spec.cluster.total_gpus(),
+        gpus_per_node: spec.cluster.gpus_per_node,
         engine: spec.serve.engine.name().to_string(),
+        precision: spec.serve.precision,
+        kv_precision: spec.serve.kv_precision,
         workload: PlannedWorkload {
             rate,
             requests: requests.len() as u64,
@@ -254,6 +299,7 @@ pub fn plan_serving(
         search: ServingSearchStats {
             configurations,
             deployments: ranked.len(),
+            rejected,
         },
     })
 }

@@ -63,8 +63,9 @@ pub fn render_serving_table(plan: &ServingPlan) -> String {
     let _ = writeln!(out, "chosen: {}", describe(c));
     let _ = writeln!(
         out,
-        "  GPUs {} of {}; goodput {:.3} requests/s per GPU (serves up to {:.3} requests/s)",
-        c.gpus, plan.gpus_available, c.goodput_per_gpu, c.sustained_rate
+        "  GPUs {} of {}; goodput {:.3} requests/s per GPU; serves up to {:.3} requests/s \
+         ({:.3} per GPU)",
+        c.gpus, plan.gpus_available, c.goodput_per_gpu, c.sustained_rate, c.capacity_per_gpu
     );
     for p in &c.phases {
         let _ = writeln!(
@@ -117,8 +118,9 @@ pub fn render_serving_table(plan: &ServingPlan) -> String {
     }
     let _ = writeln!(
         out,
-        "\nsearch: {} instance configurations simulated, {} deployments serve the rate",
-        plan.search.configurations, plan.search.deployments
+        "\nsearch: {} instance configurations simulated, {} deployments serve the rate, {} \
+         passed over when simulated whole",
+        plan.search.configurations, plan.search.deployments, plan.search.rejected
     );
     out
 }

@@ -19,7 +19,7 @@ pub const PROBE_REQUESTS: u64 = 200;
 
 /// A probe spans this many lifetimes of a request held to the SLO, so that the instance
 /// reaches its steady load before the requests run out.
-const PROBE_LIFETIMES: f64 = 3.0;
+const PROBE_LIFETIMES: f64 = 4.0;
 
 /// Batch limits tried: vLLM's sequence cap, and its token budgets for latency (2,048, the
 /// chunked-prefill default for online serving) and for throughput (8,192).
@@ -77,7 +77,8 @@ pub struct RankedDeployment {
     /// The rate the deployment sustains within the SLO (its instances' rates, the smaller
     /// phase's for a disaggregated one), requests per second.
     pub sustained_rate: f64,
-    pub goodput_per_gpu: f64,
+    /// `sustained_rate` per GPU: DistServe's per-GPU goodput of the deployment.
+    pub capacity_per_gpu: f64,
     /// Which target binds: the limiting phase's.
     pub binding: &'static str,
     /// Simulated at the workload's rate: `None` when not simulated.
@@ -144,7 +145,9 @@ fn probe(
         instances: 1,
     };
     let latencies = simulate_alone(spec, &phase, role, &requests)?;
-    Some(latencies.attainment(&spec.serve.slo))
+    // The first quarter fills an empty instance; the rest is judged at the load it settles
+    // into (or, overloaded, keeps growing into).
+    Some(latencies.attainment_after(&spec.serve.slo, requests.len() / 4))
 }
 
 /// Whether the role meets the SLO's attainment at `rate`, and which target fails when not.
@@ -216,8 +219,9 @@ pub fn instance_goodput(
     result(low, binding)
 }
 
-/// Every deployment of the spec's choice that serves `rate` on the cluster, best goodput per
-/// GPU first (ties: fewer GPUs, then the deployment's order).
+/// Every deployment of the spec's choice that serves `rate` on the cluster by its instances'
+/// probes, fewest GPUs first (the most goodput per GPU at that rate), then the most capacity
+/// per GPU, then the deployment's order.
 pub fn rank_deployments(source: &RequestSource, rate: f64) -> (Vec<RankedDeployment>, usize) {
     let spec = source.spec;
     let longest = source
@@ -238,11 +242,15 @@ pub fn rank_deployments(source: &RequestSource, rate: f64) -> (Vec<RankedDeploym
     let configs: Vec<(Role, InstanceShape, BatchLimits)> = roles
         .iter()
         .flat_map(|&role| {
-            shapes.iter().flat_map(move |&shape| {
-                BATCH_LIMITS
-                    .iter()
-                    .map(move |&limits| (role, shape, limits))
-            })
+            // A decode instance batches one token per sequence: its token budget never binds.
+            let limits: &[BatchLimits] = if role == Role::Decode {
+                &BATCH_LIMITS[..1]
+            } else {
+                &BATCH_LIMITS
+            };
+            shapes
+                .iter()
+                .flat_map(move |&shape| limits.iter().map(move |&limits| (role, shape, limits)))
         })
         .collect();
     let tried = configs.len();
@@ -258,63 +266,76 @@ pub fn rank_deployments(source: &RequestSource, rate: f64) -> (Vec<RankedDeploym
             .iter()
             .filter(move |g| g.role == role && g.rate > 0.0)
     };
+    // Each deployment with the fewest instances that serve the rate, and with one more of each
+    // phase: the full simulation at the rate may find the fewest too few.
     for g in of(Role::Both) {
-        let instances = (rate / g.rate).ceil().max(1.0) as u64;
-        let phase = Phase {
-            shape: g.shape,
-            limits: g.limits,
-            instances,
-        };
-        if phase.gpus() <= total {
-            ranked.push(RankedDeployment {
-                deployment: Deployment::Colocated(phase),
-                sustained_rate: instances as f64 * g.rate,
-                goodput_per_gpu: g.rate / g.shape.gpus() as f64,
-                binding: g.binding,
-                at_rate: None,
-            });
+        let fewest = (rate / g.rate).ceil().max(1.0) as u64;
+        for instances in [fewest, fewest + 1] {
+            let phase = Phase {
+                shape: g.shape,
+                limits: g.limits,
+                instances,
+            };
+            if phase.gpus() <= total {
+                ranked.push(RankedDeployment {
+                    deployment: Deployment::Colocated(phase),
+                    sustained_rate: instances as f64 * g.rate,
+                    capacity_per_gpu: g.rate / g.shape.gpus() as f64,
+                    binding: g.binding,
+                    at_rate: None,
+                });
+            }
         }
     }
     for p in of(Role::Prefill) {
         for d in of(Role::Decode) {
-            let prefill = Phase {
-                shape: p.shape,
-                limits: p.limits,
-                instances: (rate / p.rate).ceil().max(1.0) as u64,
-            };
-            let decode = Phase {
-                shape: d.shape,
-                limits: d.limits,
-                instances: (rate / d.rate).ceil().max(1.0) as u64,
-            };
-            let gpus = prefill.gpus() + decode.gpus();
-            if gpus > total {
-                continue;
+            let fewest_prefill = (rate / p.rate).ceil().max(1.0) as u64;
+            let fewest_decode = (rate / d.rate).ceil().max(1.0) as u64;
+            for (prefills, decodes) in [
+                (fewest_prefill, fewest_decode),
+                (fewest_prefill + 1, fewest_decode),
+                (fewest_prefill, fewest_decode + 1),
+            ] {
+                let prefill = Phase {
+                    shape: p.shape,
+                    limits: p.limits,
+                    instances: prefills,
+                };
+                let decode = Phase {
+                    shape: d.shape,
+                    limits: d.limits,
+                    instances: decodes,
+                };
+                let gpus = prefill.gpus() + decode.gpus();
+                if gpus > total {
+                    continue;
+                }
+                let prefill_rate = prefills as f64 * p.rate;
+                let decode_rate = decodes as f64 * d.rate;
+                let sustained = prefill_rate.min(decode_rate);
+                ranked.push(RankedDeployment {
+                    deployment: Deployment::Disaggregated {
+                        prefill,
+                        decode,
+                        same_node: p.shape.gpus() + d.shape.gpus() <= per_node,
+                    },
+                    sustained_rate: sustained,
+                    capacity_per_gpu: sustained / gpus as f64,
+                    binding: if prefill_rate <= decode_rate {
+                        "ttft"
+                    } else {
+                        "tpot"
+                    },
+                    at_rate: None,
+                });
             }
-            let prefill_rate = prefill.instances as f64 * p.rate;
-            let decode_rate = decode.instances as f64 * d.rate;
-            let sustained = prefill_rate.min(decode_rate);
-            ranked.push(RankedDeployment {
-                deployment: Deployment::Disaggregated {
-                    prefill,
-                    decode,
-                    same_node: p.shape.gpus() + d.shape.gpus() <= per_node,
-                },
-                sustained_rate: sustained,
-                goodput_per_gpu: sustained / gpus as f64,
-                binding: if prefill_rate <= decode_rate {
-                    "ttft"
-                } else {
-                    "tpot"
-                },
-                at_rate: None,
-            });
         }
     }
     ranked.sort_by(|a, b| {
-        b.goodput_per_gpu
-            .total_cmp(&a.goodput_per_gpu)
-            .then(a.deployment.gpus().cmp(&b.deployment.gpus()))
+        a.deployment
+            .gpus()
+            .cmp(&b.deployment.gpus())
+            .then(b.capacity_per_gpu.total_cmp(&a.capacity_per_gpu))
             .then(a.deployment.cmp(&b.deployment))
     });
     (ranked, tried)
