@@ -103,3 +103,57 @@ fn a_trace_workload_plans_from_its_file() {
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("requests.csv:2:"), "{stderr}");
 }
+
+#[test]
+fn served_plans_generate_the_tokens_of_a_single_rank() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let specs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("specs");
+    // The 70B job again, colocated (the spec's choice is disaggregated).
+    let colocated = path(&dir, "colocated.tsl");
+    let text = std::fs::read_to_string(specs.join("serve-llama3-70b.tsl"))
+        .unwrap()
+        .replace(
+            "use \"llama3-70b.tsl\"",
+            &format!("use \"{}\"", specs.join("llama3-70b.tsl").display()),
+        )
+        .replace(
+            "precision = bf16",
+            "precision = bf16; deployment = colocated",
+        );
+    std::fs::write(&colocated, text).unwrap();
+    let cases = [
+        ("specs/serve-llama3-8b.tsl".to_string(), "colocated tp1 pp1"),
+        (
+            "specs/serve-mixtral-8x7b.tsl".to_string(),
+            "colocated tp2 pp1",
+        ),
+        (
+            "specs/serve-llama3-70b.tsl".to_string(),
+            "disaggregated: prefill tp1 pp2 → decode tp4 pp1",
+        ),
+        (colocated, "colocated tp4 pp1"),
+    ];
+    for (i, (spec, deployment)) in cases.iter().enumerate() {
+        let plan = path(&dir, &format!("plan{i}.json"));
+        stdout(&tessel(&["plan", spec, "-o", &plan]));
+        let report = stdout(&tessel(&[
+            "launch",
+            &plan,
+            "--backend",
+            "cpu",
+            "--steps",
+            "8",
+            "--format",
+            "json",
+        ]));
+        let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+        assert_eq!(report["deployment"], *deployment, "{spec}");
+        assert_eq!(report["matches_single_rank"], true, "{spec}");
+        let tokens = report["tokens"].as_array().unwrap();
+        assert_eq!(tokens.len(), 4);
+        assert!(tokens.iter().all(|t| t.as_array().unwrap().len() == 8));
+        if deployment.starts_with("disaggregated") {
+            assert!(report["kv_bytes_handed_over"].as_u64().unwrap() > 0);
+        }
+    }
+}

@@ -17,6 +17,7 @@ pub mod model;
 pub mod plan;
 pub mod plan_file;
 pub mod scale;
+pub mod serve;
 pub mod trace;
 
 pub use data::{DataSource, TokenWidth};

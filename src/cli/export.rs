@@ -155,9 +155,9 @@ fn export_serving_plan(args: &Args, text: &str, target: ServingTarget) -> ExitCo
     };
     let launch = ServingLaunch {
         model: plan.model.clone(),
-        precision: plan.precision,
-        kv_precision: plan.kv_precision,
-        gpus_per_node: plan.gpus_per_node,
+        precision: plan.spec.serve.precision,
+        kv_precision: plan.spec.serve.kv_precision,
+        gpus_per_node: plan.spec.cluster.gpus_per_node,
         phases: plan
             .chosen
             .phases

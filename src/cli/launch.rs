@@ -136,6 +136,9 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(text) => text,
         Err(error) => return bad_input(format!("cannot read `{path}`: {error}")),
     };
+    if tessel_planner::serving::plan::is_serving_plan(&text) {
+        return super::serve_launch::run(args, &text);
+    }
     let plan = match Plan::from_json(&text) {
         Ok(plan) => plan,
         Err(error) => return bad_input(format!("`{path}` is not a plan file: {error}")),

@@ -10,6 +10,7 @@ pub mod launch;
 pub mod plan;
 pub mod replan;
 pub mod report;
+pub mod serve_launch;
 pub mod serve_plan;
 
 use std::path::Path;

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tessel_grammar::{Precision, Request, ServingSpec, Slo};
+use tessel_grammar::{Request, ServingSpec, Slo};
 use tessel_symbolic::serving::{InstanceShape, GPU_MEMORY_UTILIZATION};
 
 use super::deployment::{cost_model, simulate, Deployment, LatencySummary, Phase};
@@ -88,15 +88,15 @@ pub struct ServingPlan {
     pub model: String,
     pub cluster: String,
     pub gpus_available: u64,
-    pub gpus_per_node: u64,
     pub engine: String,
-    pub precision: Precision,
-    pub kv_precision: Precision,
     pub workload: PlannedWorkload,
     pub slo: Slo,
     pub chosen: PlannedDeployment,
     pub runners_up: Vec<PlannedDeployment>,
     pub search: ServingSearchStats,
+    /// The spec it was planned from (a trace file by its path and digest): what `export` and
+    /// `launch` read.
+    pub spec: ServingSpec,
 }
 
 /// Why a serving spec has no plan.
@@ -265,8 +265,6 @@ pub fn plan_serving(
         listed.push(kind);
         verified.push(planned(spec, r, rate, summary));
     }
-    // At equal GPUs a higher attainment is more goodput; the sort is stable.
-    verified.sort_by(|a, b| b.goodput_per_gpu.total_cmp(&a.goodput_per_gpu));
     let mut deployments = verified.into_iter();
     let chosen = deployments
         .next()
@@ -283,10 +281,7 @@ pub fn plan_serving(
         model: spec.model.name.clone(),
         cluster: spec.cluster.name.clone(),
         gpus_available: spec.cluster.total_gpus(),
-        gpus_per_node: spec.cluster.gpus_per_node,
         engine: spec.serve.engine.name().to_string(),
-        precision: spec.serve.precision,
-        kv_precision: spec.serve.kv_precision,
         workload: PlannedWorkload {
             rate,
             requests: requests.len() as u64,
@@ -301,6 +296,7 @@ pub fn plan_serving(
             deployments: ranked.len(),
             rejected,
         },
+        spec: spec.clone(),
     })
 }
 

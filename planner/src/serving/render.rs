@@ -165,7 +165,8 @@ pub fn render_serving_markdown(plan: &ServingPlan) -> String {
     out
 }
 
-/// Which target binds the chosen deployment, and what each runner-up gives up.
+/// Which target binds the chosen deployment, and what each runner-up gives up: deployments
+/// are ranked by the GPUs that serve the rate, then by their capacity per GPU.
 pub fn render_serving_explain(plan: &ServingPlan) -> String {
     let mut out = String::new();
     let c = &plan.chosen;
@@ -188,11 +189,13 @@ pub fn render_serving_explain(plan: &ServingPlan) -> String {
         plan.slo.attainment * 100.0
     );
     for r in &plan.runners_up {
-        let loss = (1.0 - r.goodput_per_gpu / c.goodput_per_gpu) * 100.0;
+        let capacity = (1.0 - r.capacity_per_gpu / c.capacity_per_gpu) * 100.0;
         let _ = writeln!(
             out,
-            "- {}: {loss:.1} % less goodput per GPU, bound by {}",
+            "- {}: {} GPUs (chosen: {}), {capacity:.1} % less capacity per GPU, bound by {}",
             describe(r),
+            r.gpus,
+            c.gpus,
             r.binding
         );
     }
