@@ -37,6 +37,25 @@ fn fields_of(
     resolver.fields(index, problems).map(|f| f.to_vec())
 }
 
+/// The definition a job's `model` or `cluster` field names; a problem when none has that name.
+/// `None` also when the definition itself is broken (its own errors are reported).
+fn referenced<T: Clone>(
+    definitions: &HashMap<String, Option<T>>,
+    name: Option<&crate::ast::Name>,
+    kind: Kind,
+    resolver: &Resolver,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    let name = name?;
+    match definitions.get(&name.text) {
+        Some(definition) => definition.clone(),
+        None => {
+            problems.push(resolver.unknown(kind, name, ""));
+            None
+        }
+    }
+}
+
 /// A problem when the cluster's GPU has no tensor cores of `precision`.
 fn missing_precision(
     cluster: &ClusterSpec,
@@ -157,26 +176,20 @@ pub fn assemble(loaded: Loaded, require_job: bool) -> Result<Definitions, Diagno
             let precision_span = f.get("precision").map_or(f.anchor, |v| v.span);
             let precision_written = f.has("precision");
             let seq_len_span = f.get("seq_len").map_or(f.anchor, |v| v.span);
-            let model = t
-                .model
-                .as_ref()
-                .and_then(|name| match models.get(&name.text) {
-                    Some(m) => m.clone(),
-                    None => {
-                        problems.push(resolver.unknown(Kind::Model, name, ""));
-                        None
-                    }
-                });
-            let cluster = t
-                .cluster
-                .as_ref()
-                .and_then(|name| match clusters.get(&name.text) {
-                    Some(c) => c.clone(),
-                    None => {
-                        problems.push(resolver.unknown(Kind::Cluster, name, ""));
-                        None
-                    }
-                });
+            let model = referenced(
+                &models,
+                t.model.as_ref(),
+                Kind::Model,
+                &resolver,
+                &mut problems,
+            );
+            let cluster = referenced(
+                &clusters,
+                t.cluster.as_ref(),
+                Kind::Cluster,
+                &resolver,
+                &mut problems,
+            );
             if let (Some(spec), Some(cluster)) = (&t.spec, &cluster) {
                 problems.extend(missing_precision(
                     cluster,
@@ -247,26 +260,20 @@ pub fn assemble(loaded: Loaded, require_job: bool) -> Result<Definitions, Diagno
             let precision_span = f.get("precision").map_or(f.anchor, |v| v.span);
             let kv_span = f.get("kv_precision").map_or(precision_span, |v| v.span);
             let precision_written = f.has("precision");
-            let model = s
-                .model
-                .as_ref()
-                .and_then(|name| match models.get(&name.text) {
-                    Some(m) => m.clone(),
-                    None => {
-                        problems.push(resolver.unknown(Kind::Model, name, ""));
-                        None
-                    }
-                });
-            let cluster = s
-                .cluster
-                .as_ref()
-                .and_then(|name| match clusters.get(&name.text) {
-                    Some(c) => c.clone(),
-                    None => {
-                        problems.push(resolver.unknown(Kind::Cluster, name, ""));
-                        None
-                    }
-                });
+            let model = referenced(
+                &models,
+                s.model.as_ref(),
+                Kind::Model,
+                &resolver,
+                &mut problems,
+            );
+            let cluster = referenced(
+                &clusters,
+                s.cluster.as_ref(),
+                Kind::Cluster,
+                &resolver,
+                &mut problems,
+            );
             if let (Some(serve), Some(cluster)) = (&s.serve, &cluster) {
                 problems.extend(missing_precision(
                     cluster,

@@ -14,6 +14,7 @@ use crate::plan::ExecutionPlan;
 use crate::trace::write_trace;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 use tessel_grammar::{ModelSpec, PositionKind};
 use tessel_planner::schedule::PipelineSchedule;
@@ -184,16 +185,28 @@ pub fn launch_cpu(
         collect_parameters: options.collect_parameters,
         start: Instant::now(),
     };
-    let world_size = plan.world_size() as usize;
-    let results: Vec<Result<RankOutput, RuntimeError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..world_size)
+    let outputs = run_ranks(&world, plan.world_size() as usize, |backend, rank| {
+        run_rank(backend, rank, &setup)
+    })?;
+    let first_step = resume.as_ref().map_or(0, |c| c.manifest.step);
+    report(plan, options, outputs, first_step)
+}
+
+/// Runs `work` on `size` ranks, one thread each, over `world`: every rank's output in rank
+/// order, or the first rank's failure (a panic included) once the others have stopped.
+pub(crate) fn run_ranks<T: Send>(
+    world: &Arc<World>,
+    size: usize,
+    work: impl Fn(&CpuBackend, usize) -> Result<T, RuntimeError> + Sync,
+) -> Result<Vec<T>, RuntimeError> {
+    let results: Vec<Result<T, RuntimeError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..size)
             .map(|rank| {
-                let world = world.clone();
-                let setup = &setup;
+                let (world, work) = (world.clone(), &work);
                 scope.spawn(move || {
                     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let backend = CpuBackend::new(world.clone(), rank);
-                        run_rank(&backend, rank, setup)
+                        work(&backend, rank)
                     }));
                     let result = match outcome {
                         Ok(r) => r,
@@ -222,7 +235,7 @@ pub fn launch_cpu(
             })
             .collect()
     });
-    let mut outputs = Vec::with_capacity(world_size);
+    let mut outputs = Vec::with_capacity(size);
     let mut first_error = None;
     for (rank, r) in results.into_iter().enumerate() {
         match r {
@@ -242,11 +255,10 @@ pub fn launch_cpu(
     if let Some(e) = first_error {
         return Err(e);
     }
-    if outputs.len() != world_size {
+    if outputs.len() != size {
         return Err(RuntimeError::Aborted);
     }
-    let first_step = resume.as_ref().map_or(0, |c| c.manifest.step);
-    report(plan, options, outputs, first_step)
+    Ok(outputs)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

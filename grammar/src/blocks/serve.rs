@@ -15,7 +15,7 @@ use crate::spec::{
 };
 use crate::units::Dim;
 
-use super::train::PRECISIONS;
+use super::train::{job_references, PRECISIONS};
 
 pub const FIELDS: &[&str] = &[
     "model",
@@ -50,18 +50,7 @@ pub struct ServeDef {
 pub fn lower(f: &mut Fields, spec_dir: &Path) -> ServeDef {
     let before = f.problems.len();
     f.reject_unknown(FIELDS);
-    let model = if f.has("model") {
-        f.reference("model", "a model")
-    } else {
-        f.missing("model", "llama3_70b");
-        None
-    };
-    let cluster = if f.has("cluster") {
-        f.reference("cluster", "a cluster")
-    } else {
-        f.missing("cluster", "dgx_h100");
-        None
-    };
+    let (model, cluster) = job_references(f);
     let precision = f.choice("precision", PRECISIONS).unwrap_or(Precision::Bf16);
     let kv_precision = f.choice("kv_precision", PRECISIONS).unwrap_or(precision);
     if precision == Precision::Fp32 {

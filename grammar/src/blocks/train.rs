@@ -53,6 +53,21 @@ pub const FP8_SCALINGS: &[(&str, Fp8Scaling)] = &[
     ("rowwise", Fp8Scaling::Rowwise),
 ];
 
+/// The `model` and `cluster` a job (`train`, `serve`) names, each required.
+pub fn job_references(f: &mut Fields) -> (Option<Name>, Option<Name>) {
+    let mut required = |key: &str, what: &str, example: &str| {
+        if f.has(key) {
+            f.reference(key, what)
+        } else {
+            f.missing(key, example);
+            None
+        }
+    };
+    let model = required("model", "a model", "llama3_70b");
+    let cluster = required("cluster", "a cluster", "dgx_h100");
+    (model, cluster)
+}
+
 /// A train block before its references are looked up.
 pub struct TrainDef {
     pub model: Option<Name>,
@@ -63,18 +78,7 @@ pub struct TrainDef {
 pub fn lower(f: &mut Fields) -> TrainDef {
     let before = f.problems.len();
     f.reject_unknown(FIELDS);
-    let model = if f.has("model") {
-        f.reference("model", "a model")
-    } else {
-        f.missing("model", "llama3_70b");
-        None
-    };
-    let cluster = if f.has("cluster") {
-        f.reference("cluster", "a cluster")
-    } else {
-        f.missing("cluster", "dgx_h100");
-        None
-    };
+    let (model, cluster) = job_references(f);
     let seq_len = f.required_count("seq_len", 1, "8192");
     let global_batch = f.required_count("global_batch", 1, "512");
     let precision = f.choice("precision", PRECISIONS).unwrap_or(Precision::Bf16);

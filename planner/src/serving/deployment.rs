@@ -163,6 +163,21 @@ impl Latencies {
     }
 }
 
+/// The requests `keep` keeps, as instances see them arrive.
+fn arrivals(requests: &[Request], keep: impl Fn(&Request) -> bool) -> Vec<Arrival> {
+    requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| keep(r))
+        .map(|(id, r)| Arrival {
+            id,
+            at: r.arrival,
+            prompt: r.prompt,
+            output: r.output,
+        })
+        .collect()
+}
+
 /// Requests of one instance among `instances`, round robin.
 fn dispatched(arrivals: &[Arrival], instance: u64, instances: u64) -> Vec<Arrival> {
     arrivals
@@ -198,16 +213,7 @@ pub fn simulate(
     deployment: &Deployment,
     requests: &[Request],
 ) -> Option<Latencies> {
-    let arrivals: Vec<Arrival> = requests
-        .iter()
-        .enumerate()
-        .map(|(id, r)| Arrival {
-            id,
-            at: r.arrival,
-            prompt: r.prompt,
-            output: r.output,
-        })
-        .collect();
+    let arrivals = arrivals(requests, |_| true);
     let mut timings = vec![Timing::default(); requests.len()];
     match deployment {
         Deployment::Colocated(phase) => {
@@ -249,17 +255,7 @@ pub fn simulate_alone(
     if role == Role::Both {
         return simulate(spec, &Deployment::Colocated(*phase), requests);
     }
-    let arrivals: Vec<Arrival> = requests
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| role == Role::Prefill || r.output > 1)
-        .map(|(id, r)| Arrival {
-            id,
-            at: r.arrival,
-            prompt: r.prompt,
-            output: r.output,
-        })
-        .collect();
+    let arrivals = arrivals(requests, |r| role == Role::Prefill || r.output > 1);
     let mut timings: Vec<Timing> = requests
         .iter()
         .map(|r| Timing {

@@ -21,7 +21,7 @@ use crate::backend::shared_memory::World;
 use crate::backend::Backend;
 use crate::error::RuntimeError;
 use crate::init::init_block;
-use crate::launch::validate_model;
+use crate::launch::{run_ranks, validate_model};
 use crate::mesh::Mesh;
 use crate::model::layout::rank_groups;
 use crate::plan::ExecutionPlan;
@@ -233,51 +233,9 @@ fn run_instance(
 ) -> Result<(ExecutionPlan, Vec<RankResult>), RuntimeError> {
     let plan = instance_plan(model, shape, seed)?;
     let world = World::new(Mesh::new(&plan));
-    let size = plan.world_size() as usize;
-    let results: Vec<Result<RankResult, RuntimeError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..size)
-            .map(|rank| {
-                let (world, plan, work) = (world.clone(), &plan, &work);
-                scope.spawn(move || {
-                    let b = CpuBackend::new(world.clone(), rank);
-                    let r = run_rank(&b, rank, model, plan, prompts, new_tokens, work);
-                    if r.is_err() {
-                        world.abort();
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| {
-                h.join().unwrap_or_else(|_| {
-                    Err(RuntimeError::RankFailed {
-                        rank,
-                        reason: "the rank thread panicked".into(),
-                    })
-                })
-            })
-            .collect()
-    });
-    let mut outputs = Vec::with_capacity(size);
-    for (rank, r) in results.into_iter().enumerate() {
-        match r {
-            Ok(o) => outputs.push(o),
-            Err(RuntimeError::Aborted) => {}
-            Err(e @ RuntimeError::RankFailed { .. }) => return Err(e),
-            Err(e) => {
-                return Err(RuntimeError::RankFailed {
-                    rank,
-                    reason: e.to_string(),
-                })
-            }
-        }
-    }
-    if outputs.len() != size {
-        return Err(RuntimeError::Aborted);
-    }
+    let outputs = run_ranks(&world, plan.world_size() as usize, |b, rank| {
+        run_rank(b, rank, model, &plan, prompts, new_tokens, &work)
+    })?;
     Ok((plan, outputs))
 }
 

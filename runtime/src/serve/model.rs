@@ -7,6 +7,7 @@
 use crate::backend::{AttentionShape, Backend};
 use crate::error::RuntimeError;
 use crate::mesh::GroupKind;
+use crate::model::block::add_bias;
 use crate::model::layout::head_weight_name;
 use crate::model::{mlp, moe, param, Env, Values};
 use tessel_grammar::PositionKind;
@@ -62,18 +63,6 @@ fn sum_tp<B: Backend>(env: &Env<B>, x: &B::Tensor) -> Result<B::Tensor, RuntimeE
     }
 }
 
-fn with_bias<B: Backend>(
-    env: &Env<B>,
-    values: &Values<B::Tensor>,
-    name: &str,
-    y: B::Tensor,
-) -> B::Tensor {
-    match values.get(name) {
-        Some(bias) => env.b.add_row(&y, bias),
-        None => y,
-    }
-}
-
 /// The embedding of `tokens` at positions `start..`: vocab-parallel lookup summed over the
 /// tensor group, plus the learned position rows when the model has them.
 pub fn embed<B: Backend>(
@@ -117,7 +106,7 @@ fn project<B: Backend>(
         false,
         false,
     );
-    let y = with_bias(env, values, &format!("{prefix}.b{which}"), y);
+    let y = add_bias(env, values, &format!("{prefix}.b{which}"), y);
     Ok(
         if env.model.position == PositionKind::Rope && which != "v" {
             let n = b.shape(&y).0;
@@ -166,7 +155,7 @@ pub fn block<B: Backend>(
     let attn = b.attention(shape, &q, &k, &v).0;
     *cache = Some(LayerCache { k, v });
     let partial = b.matmul(&attn, param(values, &format!("{a}.wo"))?, false, false);
-    let attn_out = with_bias(env, values, &format!("{a}.bo"), sum_tp(env, &partial)?);
+    let attn_out = add_bias(env, values, &format!("{a}.bo"), sum_tp(env, &partial)?);
     let h = b.add(x, &attn_out);
     let n2 = norm(env, values, &format!("{p}.norm2"), &h)?;
     let ffn_partial = if m.is_moe_layer(layer) {
@@ -174,7 +163,7 @@ pub fn block<B: Backend>(
     } else {
         mlp::forward(env, values, &format!("{p}.mlp"), &n2)?.0
     };
-    let ffn_out = with_bias(
+    let ffn_out = add_bias(
         env,
         values,
         &format!("{p}.mlp.bo"),
