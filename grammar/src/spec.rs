@@ -387,6 +387,76 @@ pub struct TrainSpec {
     /// `train.checkpoint`): with it the plan states the checkpoint interval and the goodput.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failures: Option<FailureSpec>,
+    /// Fine-tuning with adapters (`train.finetune`); `None`: every weight trains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finetune: Option<FinetuneSpec>,
+}
+
+/// `train.finetune`: which weights train. LoRA (Hu et al. 2021, arXiv 2106.09685) freezes the
+/// model and trains a rank-`r` update `B·A` beside each targeted projection; LoRA-FA (Zhang
+/// et al. 2023, arXiv 2308.03303) also freezes `A`, so only `B` trains and the projection's
+/// input need not be kept for the backward (its `r`-wide product with `A` is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinetuneSpec {
+    pub method: FinetuneMethod,
+    pub rank: u64,
+    pub targets: LoraTargets,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinetuneMethod {
+    /// Every weight trains (the default without `finetune`).
+    Full,
+    Lora,
+    LoraFa,
+    /// LoRA, or LoRA-FA where memory binds: the planner chooses.
+    Auto,
+}
+
+impl FinetuneMethod {
+    pub const ALL: [FinetuneMethod; 4] = [
+        FinetuneMethod::Full,
+        FinetuneMethod::Lora,
+        FinetuneMethod::LoraFa,
+        FinetuneMethod::Auto,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FinetuneMethod::Full => "full",
+            FinetuneMethod::Lora => "lora",
+            FinetuneMethod::LoraFa => "lora_fa",
+            FinetuneMethod::Auto => "auto",
+        }
+    }
+}
+
+/// The projections of each block that carry adapters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoraTargets {
+    /// Query, key and value projections.
+    pub qkv: bool,
+    /// The attention's output projection.
+    pub o: bool,
+    /// Every matrix of the MLP (and of each expert).
+    pub mlp: bool,
+}
+
+impl LoraTargets {
+    pub const ALL: LoraTargets = LoraTargets {
+        qkv: true,
+        o: true,
+        mlp: true,
+    };
+}
+
+impl FinetuneSpec {
+    /// Whether only adapters train (LoRA or LoRA-FA).
+    pub fn is_adapter(&self) -> bool {
+        self.method != FinetuneMethod::Full
+    }
 }
 
 /// `train.failures` and `train.checkpoint`.

@@ -101,6 +101,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         compile: false,
         overlap: None,
         failures: None,
+        finetune: None,
     }
 }
 

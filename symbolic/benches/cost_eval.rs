@@ -80,6 +80,7 @@ fn spec() -> Spec {
             compile: false,
             overlap: None,
             failures: None,
+            finetune: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

@@ -90,6 +90,7 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             compile: false,
             overlap: None,
             failures: None,
+            finetune: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

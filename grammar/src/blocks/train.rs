@@ -2,10 +2,11 @@
 
 use crate::ast::Name;
 use crate::diagnostic::Problem;
+use crate::eval::{Spanned, Value};
 use crate::fields::Fields;
 use crate::spec::{
-    CheckpointTarget, FailureSpec, Fp8Scaling, Framework, Mtbf, Optimizer, OverlapSpec, Precision,
-    TrainSpec,
+    CheckpointTarget, FailureSpec, FinetuneMethod, FinetuneSpec, Fp8Scaling, Framework,
+    LoraTargets, Mtbf, Optimizer, OverlapSpec, Precision, TrainSpec,
 };
 use crate::units::Dim;
 
@@ -25,7 +26,13 @@ pub const FIELDS: &[&str] = &[
     "overlap",
     "failures",
     "checkpoint",
+    "finetune",
 ];
+
+const FINETUNE_FIELDS: &[&str] = &["method", "rank", "targets"];
+
+/// LoRA's rank when the spec does not say (PEFT's examples use 8–16; the 16).
+pub const DEFAULT_LORA_RANK: u64 = 16;
 
 const FAILURE_FIELDS: &[&str] = &["mtbf_per_gpu", "mtbf", "restart"];
 const CHECKPOINT_FIELDS: &[&str] = &["to", "bandwidth"];
@@ -108,6 +115,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
         }),
     };
     let failures = failures(f);
+    let finetune = finetune(f);
     if fp8_scaling.is_some() && precision != Precision::Fp8 {
         let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -152,6 +160,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 compile,
                 overlap,
                 failures,
+                finetune,
             })
     };
     TrainDef {
@@ -159,6 +168,88 @@ pub fn lower(f: &mut Fields) -> TrainDef {
         cluster,
         spec,
     }
+}
+
+/// `finetune = { method = lora, rank = 16, targets = [qkv, o, mlp] }`.
+fn finetune(f: &mut Fields) -> Option<FinetuneSpec> {
+    let value = f.get("finetune").cloned()?;
+    let example = "{ method = lora, rank = 16, targets = [qkv, o, mlp] }";
+    let before = f.problems.len();
+    let mut r = Fields::record("finetune", &value, example, f.problems)?;
+    r.reject_unknown(FINETUNE_FIELDS);
+    let methods = FinetuneMethod::ALL.map(|m| (m.name(), m));
+    let method = if r.has("method") {
+        r.choice("method", &methods)
+    } else {
+        r.missing("method", "lora");
+        None
+    };
+    let rank = r.count("rank", 1).unwrap_or(DEFAULT_LORA_RANK);
+    let targets = match r.get("targets").cloned() {
+        None => LoraTargets::ALL,
+        Some(v) => lora_targets(&v, r.problems),
+    };
+    if method == Some(FinetuneMethod::Full) && (r.has("rank") || r.has("targets")) {
+        let at = r
+            .get("rank")
+            .or(r.get("targets"))
+            .map_or(value.span, |v| v.span);
+        r.problems.push(
+            Problem::new(
+                at,
+                "full fine-tuning trains every weight: it has no adapters",
+            )
+            .with_help("choose `method = lora`, or remove `rank` and `targets`"),
+        );
+    }
+    if targets == LoraTargets::default() {
+        let at = r.get("targets").map_or(value.span, |v| v.span);
+        r.problems.push(
+            Problem::new(at, "`targets` names no projection").with_help("targets = [qkv, o, mlp]"),
+        );
+    }
+    if f.problems.len() > before {
+        return None;
+    }
+    Some(FinetuneSpec {
+        method: method?,
+        rank,
+        targets,
+    })
+}
+
+/// `[qkv, o, mlp]`: a list of distinct projection names.
+fn lora_targets(value: &Spanned, problems: &mut Vec<Problem>) -> LoraTargets {
+    let mut targets = LoraTargets::default();
+    let Value::List(items) = &value.value else {
+        problems.push(Problem::new(
+            value.span,
+            format!(
+                "`targets` expects a list such as `[qkv, o, mlp]`, found {}",
+                value.value.describe()
+            ),
+        ));
+        return targets;
+    };
+    for item in items {
+        let names = [("qkv", 0usize), ("o", 1), ("mlp", 2)];
+        let Some(which) = crate::fields::to_choice("targets", item, &names, problems) else {
+            continue;
+        };
+        let slot = match which {
+            0 => &mut targets.qkv,
+            1 => &mut targets.o,
+            _ => &mut targets.mlp,
+        };
+        if *slot {
+            problems.push(
+                Problem::new(item.span, "this projection is named twice in `targets`")
+                    .with_help("name each of `qkv`, `o` and `mlp` once"),
+            );
+        }
+        *slot = true;
+    }
+    targets
 }
 
 /// `failures = { mtbf_per_gpu = 50000 h, restart = 10 min }` and `checkpoint = { to = disk,

@@ -66,6 +66,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             compile: false,
             overlap: None,
             failures: None,
+            finetune: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

@@ -259,6 +259,7 @@ pub fn simulate_alone(
     let mut timings: Vec<Timing> = requests
         .iter()
         .map(|r| Timing {
+            admitted: r.arrival,
             first_token: r.arrival,
             finished: r.arrival,
         })

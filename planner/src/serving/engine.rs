@@ -47,6 +47,10 @@ pub struct Arrival {
 /// When a request got its first token and its last, seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Timing {
+    /// When the engine first took it into a batch (a closed-loop client sends its next
+    /// request then: with every request queued at 0 and the sequence cap at the clients'
+    /// number, admission is when it was sent).
+    pub admitted: f64,
     pub first_token: f64,
     pub finished: f64,
 }
@@ -184,6 +188,9 @@ pub fn simulate_instance(
                 break;
             }
             let mut r = waiting.pop_front().expect("front exists");
+            if r.cached == 0 && r.generated == u64::from(role == Role::Decode) {
+                timings[r.arrival.id].admitted = now;
+            }
             used_blocks += blocks;
             r.cached = cached;
             if n > 0 {

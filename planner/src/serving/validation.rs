@@ -8,7 +8,7 @@ use std::path::Path;
 
 use tessel_grammar::{gpu_catalog, ClusterSpec, Link, MlpKind, ModelSpec, MoeSpec, NormKind};
 use tessel_grammar::{PositionKind, Precision};
-use tessel_symbolic::serving::{EngineOverhead, InstanceShape, IterationBatch, ServingCostModel};
+use tessel_symbolic::serving::{InstanceShape, IterationBatch, ServingCostModel};
 
 use super::engine::{simulate_instance, Arrival, BatchLimits, Role, Timing};
 
@@ -29,6 +29,9 @@ pub struct ServingMeasurement {
     pub requests: Option<u64>,
     pub value: f64,
     pub unit: String,
+    /// Requests per second of an online run (`None` for a static run or a closed loop of
+    /// `batch` clients; infinite when every request was sent at once).
+    pub request_rate: Option<f64>,
 }
 
 /// Splits one CSV line, with fields in double quotes holding commas and doubled quotes.
@@ -78,6 +81,7 @@ pub fn read_measurements(path: &Path) -> Result<Vec<ServingMeasurement>, String>
         "requests",
         "value",
         "unit",
+        "request_rate",
     ];
     let at: Vec<usize> = names.iter().map(|n| column(n)).collect::<Result<_, _>>()?;
     let mut rows = Vec::new();
@@ -112,6 +116,11 @@ pub fn read_measurements(path: &Path) -> Result<Vec<ServingMeasurement>, String>
             requests: optional(11)?,
             value: get(12).parse().map_err(|_| bad("value"))?,
             unit: get(13).to_string(),
+            request_rate: match get(14) {
+                "" => None,
+                "inf" => Some(f64::INFINITY),
+                text => Some(text.parse().map_err(|_| bad("request_rate"))?),
+            },
         });
     }
     Ok(rows)
@@ -167,8 +176,12 @@ pub fn measured_model(name: &str) -> Option<ModelSpec> {
         "Llama-2-7B" => decoder(name, 32, 4096, 32, 32, 11008, 32000, Swiglu),
         "Llama-2-13B" => decoder(name, 40, 5120, 40, 40, 13824, 32000, Swiglu),
         "Llama-2-70B" => decoder(name, 80, 8192, 64, 8, 28672, 32000, Swiglu),
-        "Llama-3-8B" => decoder(name, 32, 4096, 32, 8, 14336, 128256, Swiglu),
-        "Llama-3-70B" => decoder(name, 80, 8192, 64, 8, 28672, 128256, Swiglu),
+        // Llama 3.1 has Llama 3's shapes (Dubey et al. 2024, table 3).
+        "Llama-3-8B" | "Llama-3.1-8B" => decoder(name, 32, 4096, 32, 8, 14336, 128256, Swiglu),
+        "Llama-3-70B" | "Llama-3.1-70B" => decoder(name, 80, 8192, 64, 8, 28672, 128256, Swiglu),
+        // Qwen3-8B's `config.json`: 36 layers, hidden 4096, 32 heads of 128, 8 key/value
+        // heads, intermediate 12288, vocabulary 151936, untied.
+        "Qwen3-8B" => decoder(name, 36, 4096, 32, 8, 12288, 151936, Swiglu),
         "Mixtral-8x7B" => ModelSpec {
             moe: Some(MoeSpec {
                 experts: 8,
@@ -228,17 +241,10 @@ fn measured_cluster(gpu: &str, gpus: u64) -> Option<ClusterSpec> {
     })
 }
 
-/// The engine's host overhead for a measured framework: the compiled C++ runtimes
-/// (TensorRT-LLM, FasterTransformer, lmdeploy's TurboMind) are [`EngineOverhead::compiled`].
-fn engine_overhead(framework: &str) -> EngineOverhead {
-    let _ = framework;
-    EngineOverhead::compiled()
-}
-
 /// The prediction for a row, in the row's unit; `None` for a row the model does not cover
 /// (an FP8 engine, a model or GPU it does not know).
 pub fn predict(row: &ServingMeasurement) -> Option<f64> {
-    if row.precision != "fp16" {
+    if row.precision != "fp16" && row.precision != "bf16" {
         return None;
     }
     let model = measured_model(&row.model)?;
@@ -248,8 +254,7 @@ pub fn predict(row: &ServingMeasurement) -> Option<f64> {
         tp: row.tp,
         pp: row.pp,
     };
-    let cost = ServingCostModel::new(&model, &cluster, Precision::Fp16, Precision::Fp16, shape)
-        .with_overhead(engine_overhead(&row.framework));
+    let cost = ServingCostModel::new(&model, &cluster, Precision::Fp16, Precision::Fp16, shape);
     let (input, output) = (row.input_len, row.output_len);
     let static_batch = |batch: u64| -> f64 {
         let mut prefill = IterationBatch::default();
@@ -306,9 +311,81 @@ pub fn predict(row: &ServingMeasurement) -> Option<f64> {
                 &row.unit,
             ))
         }
+        ("ttft_mean" | "itl_mean" | "tpot_mean" | "throughput_output_tokens_online", _) => {
+            let (ttft, tpot, throughput) = online(row, &cost)?;
+            Some(match row.kind.as_str() {
+                "ttft_mean" => seconds_as_unit(ttft),
+                "throughput_output_tokens_online" => per_unit(throughput, gpus, &row.unit),
+                _ => seconds_as_unit(tpot),
+            })
+        }
         _ => None,
     }
 }
+
+/// An online run replayed by the simulator: `requests` requests of the row's lengths arriving
+/// as a Poisson process at the row's rate (all at once for an infinite rate), or sent by a
+/// closed loop of `batch` clients (every request queued, at most `batch` in the engine, each
+/// timed from its admission). Returns the mean time to first token, the mean time per output
+/// token after it, and output tokens per second over the run.
+fn online(row: &ServingMeasurement, cost: &ServingCostModel) -> Option<(f64, f64, f64)> {
+    let count = row.requests? as usize;
+    let (input, output) = (row.input_len, row.output_len);
+    let (at, max_sequences): (Vec<f64>, u64) = match (row.request_rate, row.batch) {
+        (Some(rate), _) if rate.is_finite() => {
+            let mut rng = super::workload::SplitMix64::new(0);
+            let mut now = 0.0;
+            let times = (0..count)
+                .map(|i| {
+                    if i > 0 {
+                        now += rng.exponential() / rate;
+                    }
+                    now
+                })
+                .collect();
+            (times, ONLINE_MAX_SEQUENCES)
+        }
+        (Some(_), _) => (vec![0.0; count], ONLINE_MAX_SEQUENCES),
+        (None, Some(clients)) => (vec![0.0; count], clients),
+        (None, None) => return None,
+    };
+    let arrivals: Vec<Arrival> = at
+        .iter()
+        .enumerate()
+        .map(|(id, &at)| Arrival {
+            id,
+            at,
+            prompt: input,
+            output,
+        })
+        .collect();
+    let limits = BatchLimits {
+        max_sequences,
+        max_batched_tokens: OFFLINE_BATCHED_TOKENS,
+    };
+    let capacity = cost.kv_capacity_tokens(limits.max_batched_tokens, max_sequences)?;
+    let mut timings = vec![Timing::default(); count];
+    simulate_instance(cost, Role::Both, limits, capacity, &arrivals, &mut timings)?;
+    let closed_loop = row.request_rate.is_none();
+    let n = count as f64;
+    let ttft = timings
+        .iter()
+        .zip(&arrivals)
+        .map(|(t, a)| t.first_token - if closed_loop { t.admitted } else { a.at })
+        .sum::<f64>()
+        / n;
+    let tpot = timings
+        .iter()
+        .map(|t| (t.finished - t.first_token) / (output.max(2) - 1) as f64)
+        .sum::<f64>()
+        / n;
+    let makespan = timings.iter().map(|t| t.finished).fold(0.0, f64::max);
+    Some((ttft, tpot, (count as u64 * output) as f64 / makespan))
+}
+
+/// Sequences an online engine batches when the source does not say (vLLM's `--max-num-seqs`
+/// default, TensorRT-LLM's common `max_batch_size`).
+const ONLINE_MAX_SEQUENCES: u64 = 256;
 
 /// Tokens per iteration of an offline run: TensorRT-LLM's `max_num_tokens` default (8,192).
 pub const OFFLINE_BATCHED_TOKENS: u64 = 8192;

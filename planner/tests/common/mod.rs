@@ -134,6 +134,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             compile: false,
             overlap: None,
             failures: None,
+            finetune: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

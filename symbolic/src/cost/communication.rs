@@ -9,7 +9,9 @@
 use tessel_grammar::Framework;
 
 use super::context::{above, k, Ctx};
-use super::parameters::{embedding_params, head_params, layer_params, stage_params};
+use super::parameters::{
+    embedding_params, head_params, layer_params, stage_params, trainable_stage_params,
+};
 use crate::Expr;
 
 /// Seconds of the tensor-parallel collectives of `forward` and `backward` layer passes. Each
@@ -153,7 +155,8 @@ pub(crate) struct DpTraffic {
 /// Tied embeddings add an all-reduce of the embedding gradients between the first and last
 /// device.
 pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
-    let params = ctx.bind(stage_params(ctx));
+    // Only what trains is reduced (and, sharded, gathered back): the adapters under LoRA.
+    let params = ctx.bind(trainable_stage_params(ctx));
     let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
     let shard = ctx.shard_ring();
     let (z1, _, _) = ctx.zero_flags();
@@ -184,7 +187,8 @@ pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
 }
 
 fn tied_embedding_reduce(ctx: &Ctx) -> Expr {
-    if !ctx.tied {
+    // A frozen embedding (adapter fine-tuning) has no gradient to keep in step.
+    if !ctx.tied || ctx.adapters.is_some() {
         return k(0.0);
     }
     let bytes = k(ctx.vocab * ctx.hidden * ctx.bytes.gradient) / ctx.t.clone();

@@ -6,7 +6,7 @@
 
 use tessel_grammar::{Fp8Scaling, Framework};
 
-use super::context::{k, Ctx, Matmul};
+use super::context::{k, Adapters, Ctx, Matmul};
 use crate::Expr;
 
 /// Seconds of the pieces of one (average) layer for one micro-batch on one GPU.
@@ -91,10 +91,11 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
 
     // Key/value heads replicated past `kv_split` are projected on every rank that holds them.
     let qkv_width = k(ctx.q_dim) / t.clone() + k(2.0 * ctx.kv_dim) / ctx.kv_split();
-    let qkv = ctx.matmul(tokens.clone(), qkv_width, k(h), k(1.0));
-    let proj = ctx.matmul(tokens.clone(), k(h), k(ctx.q_dim) / t.clone(), k(1.0));
-    let attention_gemm_fwd = qkv.forward + proj.forward;
-    let attention_gemm_bwd = qkv.backward + proj.backward;
+    let qkv = ctx.weight_matmul(tokens.clone(), qkv_width.clone(), k(h), k(1.0));
+    let proj = ctx.weight_matmul(tokens.clone(), k(h), k(ctx.q_dim) / t.clone(), k(1.0));
+    let attention_adapters = attention_adapter_gemms(ctx, tokens.clone(), qkv_width);
+    let attention_gemm_fwd = qkv.forward + proj.forward + attention_adapters.forward;
+    let attention_gemm_bwd = qkv.backward + proj.backward + attention_adapters.backward;
 
     let (attention_core_fwd, attention_core_bwd) = if ctx.flash {
         let flops = k(4.0 * ctx.seq * ctx.q_dim * CAUSAL_FRACTION) * tokens.clone() / t.clone();
@@ -137,7 +138,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
             k(0.0),
         ),
         Some(moe) => {
-            let router = ctx.matmul(tokens.clone(), k(moe.experts), k(h), k(1.0));
+            let router = ctx.weight_matmul(tokens.clone(), k(moe.experts), k(h), k(1.0));
             // The token copies this GPU's experts work on: the tp group's whole sequence with
             // experts split over tp, `etp/tp` of it when folded over fewer ranks.
             let expert_tokens = tokens.clone() * ctx.et.clone() / t.clone();
@@ -284,12 +285,63 @@ const GEMM_ALIGNMENT_BYTES: f64 = 16.0;
 fn mlp_gemms(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64, t: Expr) -> Matmul {
     let h = ctx.hidden;
     let up_width = (ctx.mlp_matrices - 1.0) * ffn;
-    let up = ctx.matmul(rows.clone(), k(up_width) / t.clone(), k(h), batch.clone());
-    let down = ctx.matmul(rows, k(h), k(ffn) / t, batch);
-    Matmul {
-        forward: up.forward + down.forward,
-        backward: up.backward + down.backward,
+    let up = ctx.weight_matmul(rows.clone(), k(up_width) / t.clone(), k(h), batch.clone());
+    let down = ctx.weight_matmul(rows.clone(), k(h), k(ffn) / t.clone(), batch.clone());
+    let mut forward = up.forward + down.forward;
+    let mut backward = up.backward + down.backward;
+    if let Some(adapters) = ctx.adapters.filter(|a| a.targets.mlp) {
+        // Gate and up are column-parallel (`A` whole, `B` split), down row-parallel.
+        for _ in 1..ctx.mlp_matrices as usize {
+            let one = adapter_gemms(ctx, &adapters, rows.clone(), k(h), k(ffn) / t.clone());
+            forward = forward + one.forward * batch.clone();
+            backward = backward + one.backward * batch.clone();
+        }
+        let one = adapter_gemms(ctx, &adapters, rows, k(ffn) / t, k(h));
+        forward = forward + one.forward * batch.clone();
+        backward = backward + one.backward * batch;
     }
+    Matmul { forward, backward }
+}
+
+/// Seconds of one LoRA adapter beside a frozen `input × output` projection (widths on this
+/// GPU) over `rows` tokens: forward `x·A` then `(x·A)·B`; backward the gradient of `x·A`
+/// (`dY·Bᵀ`) and its share of the input gradient (`·Aᵀ`), `B`'s weight gradient, and under
+/// LoRA (not LoRA-FA) `A`'s.
+fn adapter_gemms(ctx: &Ctx, adapters: &Adapters, rows: Expr, input: Expr, output: Expr) -> Matmul {
+    let r = k(adapters.rank);
+    let gemm = |m: Expr, n: Expr, kk: Expr| ctx.matmul(m, n, kk, k(1.0)).forward;
+    let forward = gemm(rows.clone(), r.clone(), input.clone())
+        + gemm(rows.clone(), output.clone(), r.clone());
+    let mut backward = gemm(rows.clone(), r.clone(), output.clone())
+        + gemm(rows.clone(), input.clone(), r.clone())
+        + gemm(r.clone(), output, rows.clone());
+    if !adapters.frozen_a {
+        backward = backward + gemm(input, r, rows);
+    }
+    Matmul { forward, backward }
+}
+
+/// The adapters of the attention projections: query, key and value (column-parallel, of
+/// `qkv_width` on this GPU together) and the output projection (row-parallel).
+fn attention_adapter_gemms(ctx: &Ctx, tokens: Expr, qkv_width: Expr) -> Matmul {
+    let mut forward = k(0.0);
+    let mut backward = k(0.0);
+    let Some(adapters) = ctx.adapters else {
+        return Matmul { forward, backward };
+    };
+    let h = k(ctx.hidden);
+    if adapters.targets.qkv {
+        // Three adapters of one `A` each; their `B`s together as wide as the projections.
+        let one = adapter_gemms(ctx, &adapters, tokens.clone(), h.clone(), qkv_width / 3.0);
+        forward = forward + one.forward * 3.0;
+        backward = backward + one.backward * 3.0;
+    }
+    if adapters.targets.o {
+        let one = adapter_gemms(ctx, &adapters, tokens, k(ctx.q_dim) / ctx.t.clone(), h);
+        forward = forward + one.forward;
+        backward = backward + one.backward;
+    }
+    Matmul { forward, backward }
 }
 
 /// Seconds of the embedding (first device) for one micro-batch, forward and backward: a
@@ -305,7 +357,7 @@ pub(crate) fn head_time(ctx: &Ctx) -> Expr {
     let t = ctx.t.clone();
     let tokens = ctx.tokens();
     let h = ctx.hidden;
-    let logits = ctx.matmul(tokens.clone(), k(ctx.vocab) / t.clone(), k(h), k(1.0));
+    let logits = ctx.weight_matmul(tokens.clone(), k(ctx.vocab) / t.clone(), k(h), k(1.0));
     // Cross-entropy: fp32 upcast, softmax and its gradient, about 18 bytes per logit.
     let cross_entropy = ctx.memory_bound(k(18.0 * ctx.vocab) * tokens.clone() / t);
     let norm = ctx.memory_bound(k(10.0 * h) * tokens / ctx.replicated_divisor());

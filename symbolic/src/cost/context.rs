@@ -181,6 +181,18 @@ pub(crate) struct Ctx {
     pub overlap: tessel_grammar::Overlap,
     pub overlap_zero3: tessel_grammar::Overlap,
     pub host_link: f64,
+    /// LoRA or LoRA-FA fine-tuning: the model's weights are frozen and only adapters train;
+    /// `None` when every weight trains.
+    pub adapters: Option<Adapters>,
+}
+
+/// What `train.finetune` trains: rank-`rank` adapters on the targeted projections.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Adapters {
+    pub rank: f64,
+    /// LoRA-FA: `A` frozen too, so only `B` trains and the projections' inputs are not kept.
+    pub frozen_a: bool,
+    pub targets: tessel_grammar::LoraTargets,
 }
 
 impl Ctx {
@@ -294,6 +306,12 @@ impl Ctx {
             overlap: train.overlap(false),
             overlap_zero3: train.overlap(true),
             host_link: cluster.host_link,
+            adapters: train.finetune.filter(|f| f.is_adapter()).map(|f| Adapters {
+                rank: f.rank as f64,
+                // `auto` is costed as LoRA; the planner tries LoRA-FA beside it.
+                frozen_a: f.method == tessel_grammar::FinetuneMethod::LoraFa,
+                targets: f.targets,
+            }),
         }
     }
 
@@ -444,6 +462,21 @@ impl Ctx {
         Matmul {
             forward: time(m.clone(), n.clone(), kk.clone()),
             backward: time(m.clone(), kk.clone(), n.clone()) + time(kk, n, m),
+        }
+    }
+
+    /// [`Ctx::matmul`] of a model weight: under adapter fine-tuning the weight is frozen, so
+    /// its backward computes the input gradient only.
+    pub fn weight_matmul(&self, m: Expr, n: Expr, kk: Expr, batch: Expr) -> Matmul {
+        if self.adapters.is_none() {
+            return self.matmul(m, n, kk, batch);
+        }
+        let input_grad = self
+            .matmul(m.clone(), kk.clone(), n.clone(), batch.clone())
+            .forward;
+        Matmul {
+            forward: self.matmul(m, n, kk, batch).forward,
+            backward: input_grad,
         }
     }
 

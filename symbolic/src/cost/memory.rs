@@ -44,7 +44,9 @@
 use tessel_grammar::{Framework, Precision};
 
 use super::context::{above, k, Ctx};
-use super::parameters::{layer_params, sharded_params, stage_params};
+use super::parameters::{
+    layer_params, sharded_params, stage_params, trainable_sharded_params, trainable_stage_params,
+};
 use crate::Expr;
 
 /// Bytes of activations one layer keeps for one micro-batch without recompute, and the parts
@@ -99,8 +101,19 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
         1.0
     };
     let masks = 2.0 * ctx.dropout;
+    // Which projections' inputs the backward needs for a weight gradient: every one in full
+    // training; under LoRA the targeted ones (for `A`'s gradient); under LoRA-FA none, its
+    // adapters keeping their `r`-wide products with `A` instead.
+    let (qkv_input, mlp_input) = match &ctx.adapters {
+        None => (true, true),
+        Some(a) => (!a.frozen_a && a.targets.qkv, !a.frozen_a && a.targets.mlp),
+    };
     // The two norms' outputs, inputs of the QKV and MLP GEMMs; compiled blocks rebuild them.
-    let norm_outputs = if ctx.compiled { 0.0 } else { 4.0 * g };
+    let norm_outputs = if ctx.compiled {
+        0.0
+    } else {
+        2.0 * g * (f64::from(u8::from(qkv_input)) + f64::from(u8::from(mlp_input)))
+    };
     let replicated_divisor = ctx.replicated_divisor();
     let replicated =
         k((4.0 + masks + norm_outputs) * h * act) * sb.clone() / replicated_divisor.clone();
@@ -115,7 +128,11 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
     };
     // gelu: its input and the down projection's input; swiglu: gate and up outputs and the
     // down projection's input, which compiled blocks rebuild from the others.
-    let down_input = if ctx.compiled { 0.0 } else { 2.0 * g };
+    let down_input = if ctx.compiled || !mlp_input {
+        0.0
+    } else {
+        2.0 * g
+    };
     let mlp_factor = if ctx.mlp_matrices > 2.0 {
         4.0 + down_input
     } else {
@@ -131,7 +148,7 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
             let per_expert_width = routed.clone() * (moe.expert_ffn * act) / ctx.et.clone();
             let experts =
                 per_expert_width.clone() * mlp_factor + routed * ((2.0 + 2.0 * g) * h * act);
-            let shared = k(mlp_factor * moe.shared * moe.expert_ffn * act) * sb / t;
+            let shared = k(mlp_factor * moe.shared * moe.expert_ffn * act) * sb.clone() / t;
             let fraction = ctx.moe_fraction();
             let moe_act = fraction.clone() * per_expert_width * down_input;
             let mlp = (k(1.0) - fraction.clone()) * dense_mlp + fraction * (experts + shared);
@@ -139,8 +156,16 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
         }
     };
     let core_attn = if ctx.flash { k(0.0) } else { scores.clone() };
+    let mut parts = vec![replicated, attention, scores, mlp];
+    if let Some(a) = &ctx.adapters {
+        // Each adapter keeps its input's product with `A`, `r` wide.
+        let count = 3.0 * f64::from(u8::from(a.targets.qkv))
+            + f64::from(u8::from(a.targets.o))
+            + ctx.mlp_matrices * f64::from(u8::from(a.targets.mlp));
+        parts.push(k(count * a.rank * act) * sb);
+    }
     LayerActivations {
-        total: Expr::sum([replicated, attention, scores, mlp]),
+        total: Expr::sum(parts),
         core_attn,
         norms,
         moe_act,
@@ -179,13 +204,14 @@ pub(crate) struct StageMemory {
 /// fp16 ZeRO optimizer converts each rank's partition (sharded from ZeRO-1 on).
 fn gradient_bytes(ctx: &Ctx, z1: Expr, z2: Expr) -> Expr {
     if ctx.framework != Framework::Deepspeed || ctx.precision == Precision::Fp32 {
-        return k(ctx.bytes.gradient) * sharded_params(ctx, z2);
+        return k(ctx.bytes.gradient) * trainable_sharded_params(ctx, z2);
     }
     let fp32_sharding = match ctx.precision {
         Precision::Bf16 => z2.clone(),
         _ => z1,
     };
-    k(ctx.bytes.weight) * sharded_params(ctx, z2) + k(4.0) * sharded_params(ctx, fp32_sharding)
+    k(ctx.bytes.weight) * trainable_sharded_params(ctx, z2)
+        + k(4.0) * trainable_sharded_params(ctx, fp32_sharding)
 }
 
 /// Elements in each of DeepSpeed's ZeRO communication buckets: the defaults of
@@ -241,12 +267,22 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let bytes = ctx.bytes;
     let not_z3 = k(1.0) - z3.clone();
 
-    let fp32_shard = bytes.weight.max(bytes.master);
-    let weights = not_z3.clone() * bytes.weight * params
-        + z3.clone() * fp32_shard * sharded_params(ctx, k(1.0));
     let gradients = gradient_bytes(ctx, z1.clone(), z2);
-    let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
-    let optimizer = optimizer_bytes * sharded_params(ctx, z1.clone());
+    let (weights, optimizer) = if ctx.adapters.is_none() {
+        let fp32_shard = bytes.weight.max(bytes.master);
+        let weights = not_z3.clone() * bytes.weight * params
+            + z3.clone() * fp32_shard * sharded_params(ctx, k(1.0));
+        let optimizer_bytes = not_z3 * (bytes.master + bytes.moments) + z3.clone() * bytes.moments;
+        (weights, optimizer_bytes * sharded_params(ctx, z1.clone()))
+    } else {
+        // Frozen weights keep their compute copy only (ZeRO-3 shards it); the adapters train
+        // as any parameter, with a master copy and moments.
+        let weights = not_z3 * bytes.weight * params
+            + z3.clone() * bytes.weight * sharded_params(ctx, k(1.0))
+            + k(bytes.weight) * trainable_stage_params(ctx);
+        let optimizer = k(bytes.master + bytes.moments) * trainable_sharded_params(ctx, z1.clone());
+        (weights, optimizer)
+    };
 
     let layer_activations = layer_activations(ctx);
     let kept = layer_activations.kept(ctx);

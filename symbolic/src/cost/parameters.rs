@@ -2,7 +2,7 @@
 //! over tensor (and, for experts, expert) parallelism, plus the embedding on the first device
 //! and the output layer on the last.
 
-use super::context::{k, Ctx};
+use super::context::{k, Adapters, Ctx};
 use crate::Expr;
 
 /// Parameters of one (average) layer on one GPU.
@@ -90,4 +90,62 @@ pub(crate) fn stage_params(ctx: &Ctx) -> Expr {
             + ctx.is_first() * embedding_params(ctx)
             + ctx.is_last() * head_params(ctx)
     })
+}
+
+/// Adapter parameters of one (average) layer on one GPU under LoRA: per targeted projection
+/// of `input × output`, `A` of `input × r` and `B` of `r × output`. Column-parallel
+/// projections (query, key, value, gate, up) split `B` over tp and keep `A` whole;
+/// row-parallel ones (output, down) split `A` and keep `B` whole. Routed experts carry
+/// adapters of their own, split as their weights are.
+fn adapter_layer_params(ctx: &Ctx, adapters: &Adapters) -> Expr {
+    let r = adapters.rank;
+    let h = ctx.hidden;
+    let t = ctx.t.clone();
+    let mut params = k(0.0);
+    if adapters.targets.qkv {
+        params = params
+            + k(3.0 * h * r)
+            + k(r * ctx.q_dim) / t.clone()
+            + k(2.0 * r * ctx.kv_dim) / ctx.kv_split();
+    }
+    if adapters.targets.o {
+        params = params + k(ctx.q_dim * r) / t.clone() + k(r * h);
+    }
+    if adapters.targets.mlp {
+        let mlp = |ffn: f64, split: Expr| {
+            let up = ctx.mlp_matrices - 1.0;
+            k(up * h * r + r * h) + k(up * r * ffn + ffn * r) / split
+        };
+        params = params
+            + match &ctx.moe {
+                None => mlp(ctx.ffn, t),
+                Some(moe) => {
+                    let experts = mlp(moe.expert_ffn, ctx.et.clone()) * moe.experts / ctx.e.clone();
+                    let shared = mlp(moe.expert_ffn * moe.shared, t.clone());
+                    let fraction = ctx.moe_fraction();
+                    (k(1.0) - fraction.clone()) * mlp(ctx.ffn, t) + fraction * (experts + shared)
+                }
+            };
+    }
+    params
+}
+
+/// Parameters that train on one GPU of this pipeline device: every one it holds, or under
+/// adapter fine-tuning only its layers' adapters (the embedding and output layer stay frozen).
+pub(crate) fn trainable_stage_params(ctx: &Ctx) -> Expr {
+    match &ctx.adapters {
+        None => stage_params(ctx),
+        Some(adapters) => ctx.shared("trainable_stage_params", || {
+            ctx.layers.clone() * adapter_layer_params(ctx, adapters)
+        }),
+    }
+}
+
+/// [`sharded_params`] of the trainable parameters (adapters shard as dense parameters).
+pub(crate) fn trainable_sharded_params(ctx: &Ctx, sharded: Expr) -> Expr {
+    if ctx.adapters.is_none() {
+        return sharded_params(ctx, sharded);
+    }
+    let ranks = ctx.ds.clone() * ctx.c.clone();
+    trainable_stage_params(ctx) / (k(1.0) + sharded * (ranks - 1.0))
 }

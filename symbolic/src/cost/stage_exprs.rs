@@ -9,7 +9,7 @@ use super::communication::{
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx};
 use super::memory::stage_memory;
-use super::parameters::{sharded_params, stage_params};
+use super::parameters::{stage_params, trainable_sharded_params, trainable_stage_params};
 use super::slots::{Output, Slot};
 use crate::{Expr, Symbol};
 use tessel_grammar::Spec;
@@ -175,7 +175,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let offload_microbatch = Expr::max([streamed / host - busy, k(0.0)]);
 
     let (z1, _, z3) = ctx.zero_flags();
-    let local_optimizer_params = sharded_params(ctx, z1);
+    let local_optimizer_params = trainable_sharded_params(ctx, z1);
     // The gradient reduction runs bucket by bucket behind the last micro-batch's backward,
     // all but the last bucket; the updated weights' all-gather behind the next step's first
     // forward. Without overlap each runs after (or before) the compute it could hide behind.
@@ -214,7 +214,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     // Offloaded optimizer states: gradients go down (fp32) and updated weights come back up,
     // and the host updates them; gradient offload moves the fp32 gradients once per step.
     let offload_tail = (ctx.off_opt.clone() * local_optimizer_params * (4.0 + ctx.bytes.weight)
-        + ctx.off_g.clone() * stage_params(ctx) * ctx.bytes.gradient)
+        + ctx.off_g.clone() * trainable_stage_params(ctx) * ctx.bytes.gradient)
         / host;
 
     let mut outputs = vec![k(0.0); Output::ALL.len()];

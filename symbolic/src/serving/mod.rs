@@ -52,9 +52,12 @@ impl InstanceShape {
 pub const GPU_MEMORY_UTILIZATION: f64 = 0.9;
 
 /// The engine's host time per iteration that the GPU waits for: scheduling, building the
-/// batch's inputs and sampling. vLLM's V1 engine overlaps part of it with the GPU; what is
-/// left is of the order of a millisecond at small batches and grows with the batch's
-/// sequences.
+/// batch's inputs and sampling, beyond the kernels' own launch costs. One value for every
+/// engine: at four concurrent requests of Qwen3-8B on an H100 (GPUStack's performance lab,
+/// `data/serving/`), vLLM v0.11 (7.38 ms per output token), SGLang v0.5.3 (7.19 ms) and
+/// TensorRT-LLM v1.2 (7.67 ms) decode at the same pace: the Python engines hide their host
+/// work (asynchronous scheduling, CUDA graphs) as well as the compiled one. It is a prior, not
+/// a fit; the per-token errors it leaves are in `docs/VALIDATION.md`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EngineOverhead {
     /// Seconds per iteration.
@@ -63,23 +66,10 @@ pub struct EngineOverhead {
     pub per_sequence_s: f64,
 }
 
-impl EngineOverhead {
-    /// A compiled C++ runtime (TensorRT-LLM, FasterTransformer, lmdeploy's TurboMind).
-    pub fn compiled() -> EngineOverhead {
-        EngineOverhead {
-            per_iteration_s: 0.2e-3,
-            per_sequence_s: 1.0e-6,
-        }
-    }
-
-    /// A Python-scheduled engine (vLLM, SGLang).
-    pub fn python() -> EngineOverhead {
-        EngineOverhead {
-            per_iteration_s: 1.0e-3,
-            per_sequence_s: 5.0e-6,
-        }
-    }
-}
+pub const ENGINE_OVERHEAD: EngineOverhead = EngineOverhead {
+    per_iteration_s: 0.2e-3,
+    per_sequence_s: 1.0e-6,
+};
 
 /// Kernels of a layer other than its GEMMs: two norms, rotary embedding, attention, the
 /// activation, two residual adds.
@@ -247,14 +237,9 @@ impl ServingCostModel {
             memory_bandwidth: gpu.hbm_bandwidth,
             gpu_memory: gpu.memory,
             gpus_per_node: cluster.gpus_per_node,
-            overhead: EngineOverhead::python(),
+            overhead: ENGINE_OVERHEAD,
             weight_bytes,
         }
-    }
-
-    /// The same costs under another engine's host overhead.
-    pub fn with_overhead(self, overhead: EngineOverhead) -> ServingCostModel {
-        ServingCostModel { overhead, ..self }
     }
 
     /// Weights on the GPU of the largest stage, bytes.

@@ -506,6 +506,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         compile: lower_model.contains("compile") || lower_notes.contains("compile"),
         overlap: overlap_of(source),
         failures: None,
+        finetune: None,
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {
