@@ -7,7 +7,7 @@
 //!   for attention scores and values, without halving for causal masking. For a GPT block this
 //!   is exactly `72·B·L·s·h²·(1 + s/6h + V/12hL)` per batch of `B·s` tokens.
 
-use crate::spec::{MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
+use crate::spec::{FinetuneSpec, LoraTargets, MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
 
 /// Parameters of a model: everything stored, and what one token's forward pass uses.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -148,6 +148,50 @@ impl ModelSpec {
     pub fn training_flops_per_token(&self, seq_len: u64) -> f64 {
         6.0 * self.active_matmul_params() as f64
             + 12.0 * (self.layers * seq_len * self.q_dim()) as f64
+    }
+
+    /// LoRA adapters of rank `rank` on `targets` that one token passes through: `A` and `B`
+    /// beside each targeted projection (every expert's, for the experts it visits).
+    pub fn lora_params_per_token(&self, rank: u64, targets: LoraTargets) -> u64 {
+        let (h, q, kv) = (self.hidden, self.q_dim(), self.kv_dim());
+        let mut per_layer = 0;
+        if targets.qkv {
+            per_layer += rank * (3 * h + q + 2 * kv);
+        }
+        if targets.o {
+            per_layer += rank * (q + h);
+        }
+        let mlp = |ffn: u64| {
+            let up = match self.mlp {
+                MlpKind::Gelu => 1,
+                MlpKind::Swiglu => 2,
+            };
+            rank * (up * (h + ffn) + ffn + h)
+        };
+        let mut total = self.layers * per_layer;
+        if targets.mlp {
+            let moe_layers = self.moe_layers();
+            total += (self.layers - moe_layers) * mlp(self.ffn_hidden);
+            if let Some(moe) = &self.moe {
+                total += moe_layers * (moe.top_k + moe.shared_experts) * mlp(moe.expert_ffn_hidden);
+            }
+        }
+        total
+    }
+
+    /// Training FLOPs per token of a job: [`Self::training_flops_per_token`], or under adapter
+    /// fine-tuning the forward and the input gradients of the frozen model (4 per matmul
+    /// parameter, no weight gradients) with the attention as before, plus the adapters trained
+    /// as any parameter (6 each).
+    pub fn job_flops_per_token(&self, seq_len: u64, finetune: Option<&FinetuneSpec>) -> f64 {
+        match finetune.filter(|f| f.is_adapter()) {
+            None => self.training_flops_per_token(seq_len),
+            Some(f) => {
+                4.0 * self.active_matmul_params() as f64
+                    + 12.0 * (self.layers * seq_len * self.q_dim()) as f64
+                    + 6.0 * self.lora_params_per_token(f.rank, f.targets) as f64
+            }
+        }
     }
 }
 

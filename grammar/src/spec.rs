@@ -450,6 +450,15 @@ impl LoraTargets {
         o: true,
         mlp: true,
     };
+
+    /// The targeted projections as the language names them, in order.
+    pub fn names(self) -> Vec<&'static str> {
+        [("qkv", self.qkv), ("o", self.o), ("mlp", self.mlp)]
+            .into_iter()
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| name)
+            .collect()
+    }
 }
 
 impl FinetuneSpec {

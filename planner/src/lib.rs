@@ -12,6 +12,7 @@ mod cost_model;
 mod diff;
 mod error;
 mod explain;
+mod finetune;
 mod frontier;
 mod layers;
 mod local_search;
@@ -39,6 +40,7 @@ pub use diff::{
 };
 pub use error::PlanError;
 pub use explain::{render_explain, render_validated_alternative};
+pub use finetune::plan_finetune;
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
 pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};

@@ -73,6 +73,17 @@ fn folded_label(c: &PlanConfig, separator: &str) -> String {
     }
 }
 
+/// `lora_fa rank 16 on qkv, o, mlp`: what trains, when the spec fine-tunes with adapters.
+fn finetune_label(plan: &Plan) -> Option<String> {
+    let f = plan.spec.train.finetune.filter(|f| f.is_adapter())?;
+    Some(format!(
+        "{} rank {} on {}, the model frozen",
+        f.method.name(),
+        f.rank,
+        f.targets.names().join(", ")
+    ))
+}
+
 fn batching_label(plan: &Plan) -> String {
     let c = &plan.config;
     format!(
@@ -126,6 +137,9 @@ pub fn render_table(plan: &Plan) -> String {
     );
     let _ = writeln!(out, "  degrees      {}", degrees_label(plan));
     let _ = writeln!(out, "  batching     {}", batching_label(plan));
+    if let Some(label) = finetune_label(plan) {
+        let _ = writeln!(out, "  finetune     {label}");
+    }
     let _ = writeln!(out, "  stages       {}", choices_label(plan));
     if let Some(placement) = &plan.placement {
         let _ = writeln!(out, "  pools        {}", pools_label(placement));
@@ -261,6 +275,9 @@ pub fn render_markdown(plan: &Plan) -> String {
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| degrees | {} |", degrees_label(plan));
     let _ = writeln!(out, "| batching | {} |", batching_label(plan));
+    if let Some(label) = finetune_label(plan) {
+        let _ = writeln!(out, "| finetune | {label} |");
+    }
     let _ = writeln!(out, "| stages | {} |", choices_label(plan));
     if let Some(placement) = &plan.placement {
         let _ = writeln!(out, "| pools | {} |", pools_label(placement));

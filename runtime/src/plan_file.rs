@@ -42,6 +42,13 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
                 .into(),
         );
     }
+    if let Some(finetune) = plan.spec.train.finetune.filter(|f| f.is_adapter()) {
+        return Err(RuntimeError::unsupported(format!(
+            "fine-tuning with adapters (`finetune = {{ method = {} }}`): the runtime trains \
+             every weight",
+            finetune.method.name()
+        )));
+    }
     let c = &plan.config;
     for (what, v) in [
         ("dp", c.dp),

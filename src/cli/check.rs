@@ -181,6 +181,20 @@ fn job(out: &mut String, spec: &Spec) {
     if train.compile {
         let _ = writeln!(out, "  {:<16}torch.compile of each block", "compile");
     }
+    if let Some(finetune) = &train.finetune {
+        let _ = if finetune.is_adapter() {
+            writeln!(
+                out,
+                "  {:<16}{} rank {} on {}",
+                "finetune",
+                finetune.method.name(),
+                finetune.rank,
+                finetune.targets.names().join(", ")
+            )
+        } else {
+            writeln!(out, "  {:<16}full", "finetune")
+        };
+    }
     if let Some(failures) = &train.failures {
         let gpus = spec.cluster.total_gpus();
         let per_gpu = match failures.mtbf {
@@ -205,7 +219,10 @@ fn job(out: &mut String, spec: &Spec) {
             .unwrap_or_default();
         let _ = writeln!(out, "  {:<16}to {target}{disk}", "checkpoints");
     }
-    let step_flops = spec.model.training_flops_per_token(train.seq_len) * tokens as f64;
+    let step_flops = spec
+        .model
+        .job_flops_per_token(train.seq_len, train.finetune.as_ref())
+        * tokens as f64;
     let _ = writeln!(out, "  {:<16}{}", "FLOPs per step", si(step_flops, "FLOP"));
     for strategy in &spec.strategies {
         let _ = writeln!(out, "\nstrategy {}", strategy.name);

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use tessel_grammar::{Job, Spec};
 use tessel_planner::{
-    estimate_placed, plan, plan_fixed, plan_on_pools, render_explain, render_markdown,
-    render_table, render_validated_alternative, Objective, Plan, PlanError, PlanOptions,
-    SearchProgress, StageCostModel,
+    estimate_placed, plan, plan_finetune, plan_fixed, plan_on_pools, render_explain,
+    render_markdown, render_table, render_validated_alternative, Objective, Plan, PlanError,
+    PlanOptions, SearchProgress, StageCostModel,
 };
 use tessel_symbolic::cost::CostModel;
 
@@ -188,10 +188,16 @@ pub fn search(
         objective,
         validated_only,
     };
-    let outcome = if spec.cluster.pools.is_empty() {
-        plan(spec, model, &options)
-    } else {
+    let auto_finetune = spec
+        .train
+        .finetune
+        .is_some_and(|f| f.method == tessel_grammar::FinetuneMethod::Auto);
+    let outcome = if !spec.cluster.pools.is_empty() {
         plan_on_pools(spec, &options)
+    } else if auto_finetune {
+        plan_finetune(spec, &options)
+    } else {
+        plan(spec, model, &options)
     };
     if shown.into_inner().unwrap_or(false) {
         eprintln!();

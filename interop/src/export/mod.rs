@@ -219,6 +219,15 @@ impl Report {
                 strategy.ep
             ));
         }
+        if let Some(finetune) = spec.train.finetune.filter(|f| f.is_adapter()) {
+            self.unsupported(format!(
+                "finetune = {} (rank {}): the target's training script trains every weight and \
+                 has no adapters; written as full training, which needs gradients and optimizer \
+                 states for every weight (Hugging Face PEFT or NeMo's PEFT runs LoRA)",
+                finetune.method.name(),
+                finetune.rank
+            ));
+        }
     }
 
     /// Appends the report as comment lines (`prefix` is `#` for shell and TOML).

@@ -45,7 +45,7 @@ use tessel_grammar::{Framework, Precision};
 
 use super::context::{above, k, Ctx};
 use super::parameters::{
-    layer_params, sharded_params, stage_params, trainable_sharded_params, trainable_stage_params,
+    adapter_stage_params, layer_params, sharded_params, stage_params, trainable_sharded_params,
 };
 use crate::Expr;
 
@@ -158,11 +158,11 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
     let core_attn = if ctx.flash { k(0.0) } else { scores.clone() };
     let mut parts = vec![replicated, attention, scores, mlp];
     if let Some(a) = &ctx.adapters {
-        // Each adapter keeps its input's product with `A`, `r` wide.
+        // Each adapter keeps its input's product with `A`, `r` wide (2 bytes in bf16).
         let count = 3.0 * f64::from(u8::from(a.targets.qkv))
             + f64::from(u8::from(a.targets.o))
             + ctx.mlp_matrices * f64::from(u8::from(a.targets.mlp));
-        parts.push(k(count * a.rank * act) * sb);
+        parts.push(k(2.0 * count * a.rank * act) * sb);
     }
     LayerActivations {
         total: Expr::sum(parts),
@@ -279,7 +279,7 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
         // as any parameter, with a master copy and moments.
         let weights = not_z3 * bytes.weight * params
             + z3.clone() * bytes.weight * sharded_params(ctx, k(1.0))
-            + k(bytes.weight) * trainable_stage_params(ctx);
+            + k(bytes.weight) * adapter_stage_params(ctx);
         let optimizer = k(bytes.master + bytes.moments) * trainable_sharded_params(ctx, z1.clone());
         (weights, optimizer)
     };

@@ -273,7 +273,9 @@ pub(crate) fn estimate_stages(
     let gpus = spec.cluster.total_gpus() as f64;
     let tokens_per_step = (spec.train.global_batch * spec.train.seq_len) as f64;
     let tokens_per_s = tokens_per_step / step;
-    let model_flops_per_token = spec.model.training_flops_per_token(spec.train.seq_len);
+    let model_flops_per_token = spec
+        .model
+        .job_flops_per_token(spec.train.seq_len, spec.train.finetune.as_ref());
     let recompute_flops_per_token = recompute_flops_per_token(spec, strategy, &layers);
     let model_flops = model_flops_per_token * tokens_per_s / gpus;
     let hardware_flops = (model_flops_per_token + recompute_flops_per_token) * tokens_per_s / gpus;

@@ -96,25 +96,31 @@ pub(crate) fn stage_params(ctx: &Ctx) -> Expr {
 /// of `input × output`, `A` of `input × r` and `B` of `r × output`. Column-parallel
 /// projections (query, key, value, gate, up) split `B` over tp and keep `A` whole;
 /// row-parallel ones (output, down) split `A` and keep `B` whole. Routed experts carry
-/// adapters of their own, split as their weights are.
-fn adapter_layer_params(ctx: &Ctx, adapters: &Adapters) -> Expr {
+/// adapters of their own, split as their weights are. `trained_only` counts what trains: under
+/// LoRA-FA `B` alone.
+fn adapter_layer_params(ctx: &Ctx, adapters: &Adapters, trained_only: bool) -> Expr {
     let r = adapters.rank;
+    let a = if trained_only && adapters.frozen_a {
+        0.0
+    } else {
+        1.0
+    };
     let h = ctx.hidden;
     let t = ctx.t.clone();
     let mut params = k(0.0);
     if adapters.targets.qkv {
         params = params
-            + k(3.0 * h * r)
+            + k(a * 3.0 * h * r)
             + k(r * ctx.q_dim) / t.clone()
             + k(2.0 * r * ctx.kv_dim) / ctx.kv_split();
     }
     if adapters.targets.o {
-        params = params + k(ctx.q_dim * r) / t.clone() + k(r * h);
+        params = params + k(a * ctx.q_dim * r) / t.clone() + k(r * h);
     }
     if adapters.targets.mlp {
         let mlp = |ffn: f64, split: Expr| {
             let up = ctx.mlp_matrices - 1.0;
-            k(up * h * r + r * h) + k(up * r * ffn + ffn * r) / split
+            k(a * up * h * r + r * h) + k(up * r * ffn + a * ffn * r) / split
         };
         params = params
             + match &ctx.moe {
@@ -130,13 +136,22 @@ fn adapter_layer_params(ctx: &Ctx, adapters: &Adapters) -> Expr {
     params
 }
 
+/// Adapter parameters one GPU of this pipeline device holds, trained or frozen (LoRA-FA's
+/// `A`); none without adapters.
+pub(crate) fn adapter_stage_params(ctx: &Ctx) -> Expr {
+    match &ctx.adapters {
+        None => k(0.0),
+        Some(adapters) => ctx.layers.clone() * adapter_layer_params(ctx, adapters, false),
+    }
+}
+
 /// Parameters that train on one GPU of this pipeline device: every one it holds, or under
 /// adapter fine-tuning only its layers' adapters (the embedding and output layer stay frozen).
 pub(crate) fn trainable_stage_params(ctx: &Ctx) -> Expr {
     match &ctx.adapters {
         None => stage_params(ctx),
         Some(adapters) => ctx.shared("trainable_stage_params", || {
-            ctx.layers.clone() * adapter_layer_params(ctx, adapters)
+            ctx.layers.clone() * adapter_layer_params(ctx, adapters, true)
         }),
     }
 }

@@ -401,7 +401,9 @@ pub fn replicas_across_pools(spec: &Spec, shape: &Strategy) -> Result<ReplicaSha
         .map(|p| peak_for(&pool_spec(spec, p)) * p.total_gpus() as f64)
         .sum();
     let tokens_per_s = (spec.train.global_batch * spec.train.seq_len) as f64 / step;
-    let flops_per_token = spec.model.training_flops_per_token(spec.train.seq_len);
+    let flops_per_token = spec
+        .model
+        .job_flops_per_token(spec.train.seq_len, spec.train.finetune.as_ref());
     let recompute_ratio = estimate.hardware_tflops_per_gpu / estimate.model_tflops_per_gpu;
     let model_flops = flops_per_token * tokens_per_s;
     estimate.time.dp_comm += exchange;
