@@ -274,3 +274,29 @@ fn a_trace_workload_replays_its_requests_at_the_rate() {
     let plan = plan_serving(&spec, Some(&trace), Some(0)).unwrap();
     assert_eq!(plan.workload.requests, 60);
 }
+
+#[test]
+fn prompts_that_outgrow_the_cache_together_are_preempted_not_stuck() {
+    let spec = chat();
+    let cost = cost_model(&spec, InstanceShape { tp: 1, pp: 1 });
+    // Each prompt fits alone; chunked side by side they would need 1,200 of 1,008 tokens.
+    let arrivals: Vec<Arrival> = (0..2)
+        .map(|id| Arrival {
+            id,
+            at: 0.0,
+            prompt: 600,
+            output: 4,
+        })
+        .collect();
+    let limits = BatchLimits {
+        max_sequences: 8,
+        max_batched_tokens: 256,
+    };
+    let mut timings = vec![Timing::default(); 2];
+    simulate_instance(&cost, Role::Both, limits, 1008, &arrivals, &mut timings).unwrap();
+    assert!(timings
+        .iter()
+        .all(|t| t.finished > t.first_token && t.first_token > 0.0));
+    // The first admitted finishes first: the second gave its blocks back and started over.
+    assert!(timings[0].finished < timings[1].first_token);
+}

@@ -75,6 +75,23 @@ impl Running {
     }
 }
 
+/// Preempts the newest running request: its blocks are freed and it waits at the front, to
+/// recompute its prompt and what it generated (vLLM's recompute preemption).
+fn preempt_newest(
+    running: &mut Vec<Running>,
+    waiting: &mut VecDeque<Running>,
+    used_blocks: &mut u64,
+) {
+    if let Some(victim) = running.pop() {
+        *used_blocks -= victim.blocks();
+        waiting.push_front(Running {
+            cached: 0,
+            target: victim.arrival.prompt + victim.generated,
+            ..victim
+        });
+    }
+}
+
 /// What a running request does in an iteration.
 #[derive(Clone, Copy, PartialEq)]
 enum Part {
@@ -135,13 +152,7 @@ pub fn simulate_instance(
             if used_blocks + needed <= capacity_blocks || running.len() <= 1 {
                 break;
             }
-            let victim = running.pop().expect("more than one running");
-            used_blocks -= victim.blocks();
-            waiting.push_front(Running {
-                cached: 0,
-                target: victim.arrival.prompt + victim.generated,
-                ..victim
-            });
+            preempt_newest(&mut running, &mut waiting, &mut used_blocks);
         }
         let mut batch = IterationBatch::default();
         let mut budget = limits.max_batched_tokens;
@@ -207,11 +218,12 @@ pub fn simulate_instance(
                 // Requests admitted whole start decoding now.
                 continue;
             }
-            if next == arrivals.len() {
-                // Nothing can run and nothing will arrive: the cache is too small.
+            // Prompts part-prefilled fill the cache: the newest gives its blocks back. A lone
+            // request that cannot go on cannot fit at all.
+            if running.len() <= 1 {
                 return None;
             }
-            now = now.max(arrivals[next].at);
+            preempt_newest(&mut running, &mut waiting, &mut used_blocks);
             continue;
         }
         now += cost.iteration_time(&batch);
