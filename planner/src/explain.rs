@@ -14,6 +14,9 @@ const TIGHT_MEMORY: f64 = 0.9;
 pub fn render_explain(plan: &Plan) -> String {
     let p = &plan.prediction;
     let mut out = String::new();
+    if let Some(choice) = &plan.finetune_choice {
+        out.push_str(&crate::explain_finetune_choice(choice));
+    }
     let fullest = p
         .stages
         .iter()

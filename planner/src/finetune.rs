@@ -6,10 +6,24 @@
 //! with unlimited memory is that much faster: what fits runs smaller micro-batches, recomputes
 //! or shards more). Then it takes LoRA-FA's plan when that one is better.
 
+use serde::{Deserialize, Serialize};
 use tessel_grammar::{FinetuneMethod, Spec};
 
 use crate::error::PlanError;
 use crate::planning::{plan, PlanOptions, PlanOutcome};
+
+/// How `method = auto` chose: the ranked step times it compared, seconds (`None` where no
+/// plan fits).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FinetuneChoice {
+    pub chosen: FinetuneMethod,
+    /// LoRA's best plan that fits.
+    pub lora_s: Option<f64>,
+    /// LoRA's best plan with unlimited memory (only where LoRA fits).
+    pub lora_unlimited_s: Option<f64>,
+    /// LoRA-FA's best plan (only where memory binds LoRA).
+    pub lora_fa_s: Option<f64>,
+}
 
 /// How much of LoRA's step time memory must cost before LoRA-FA's lesser update is worth it.
 pub const MEMORY_BINDS_FRACTION: f64 = 0.05;
@@ -43,25 +57,65 @@ pub fn plan_finetune(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
     let lora = with_method(spec, FinetuneMethod::Lora);
     let ranked = |o: &PlanOutcome| options.objective.ranked_step_time(&o.plan.prediction);
     let lora_plan = plan_of(&lora);
-    let memory_binds = match &lora_plan {
-        Err(_) => true,
-        Ok(fitted) => {
-            let mut unlimited = lora.clone();
-            unlimited.cluster.gpu.memory = f64::MAX / 4.0;
-            plan_of(&unlimited)
-                .is_ok_and(|free| ranked(&free) < (1.0 - MEMORY_BINDS_FRACTION) * ranked(fitted))
-        }
+    let lora_s = lora_plan.as_ref().ok().map(ranked);
+    let lora_unlimited_s = lora_plan.as_ref().ok().and_then(|_| {
+        let mut unlimited = lora.clone();
+        unlimited.cluster.gpu.memory = f64::MAX / 4.0;
+        plan_of(&unlimited).ok().map(|o| ranked(&o))
+    });
+    let memory_binds = match (lora_s, lora_unlimited_s) {
+        (None, _) => true,
+        (Some(fitted), Some(free)) => free < (1.0 - MEMORY_BINDS_FRACTION) * fitted,
+        (Some(_), None) => false,
     };
-    if !memory_binds {
-        return lora_plan;
-    }
-    match (
-        lora_plan,
-        plan_of(&with_method(spec, FinetuneMethod::LoraFa)),
-    ) {
-        (Ok(lora), Ok(fa)) if ranked(&fa) < ranked(&lora) => Ok(fa),
-        (Ok(lora), _) => Ok(lora),
-        (Err(_), Ok(fa)) => Ok(fa),
-        (Err(error), Err(_)) => Err(error),
+    let mut choice = FinetuneChoice {
+        chosen: FinetuneMethod::Lora,
+        lora_s,
+        lora_unlimited_s,
+        lora_fa_s: None,
+    };
+    let outcome = if memory_binds {
+        let fa_plan = plan_of(&with_method(spec, FinetuneMethod::LoraFa));
+        choice.lora_fa_s = fa_plan.as_ref().ok().map(ranked);
+        match (lora_plan, fa_plan) {
+            (Ok(lora), Ok(fa)) if ranked(&fa) < ranked(&lora) => Ok(fa),
+            (Ok(lora), _) => Ok(lora),
+            (Err(_), Ok(fa)) => Ok(fa),
+            (Err(error), Err(_)) => Err(error),
+        }
+    } else {
+        lora_plan
+    };
+    outcome.map(|mut outcome| {
+        if let Some(f) = outcome.plan.spec.train.finetune {
+            choice.chosen = f.method;
+        }
+        outcome.plan.finetune_choice = Some(choice);
+        outcome
+    })
+}
+
+/// Why `method = auto` chose what it did, for `--explain`.
+pub fn explain_finetune_choice(choice: &FinetuneChoice) -> String {
+    let s = |t: Option<f64>| t.map_or("no plan fits".to_string(), |t| format!("{t:.3} s"));
+    let binds = match (choice.lora_s, choice.lora_unlimited_s) {
+        (None, _) => "no LoRA plan fits".to_string(),
+        (Some(fitted), Some(free)) => format!(
+            "memory costs LoRA {:.1} % of its step time ({} fitting, {} with unlimited memory; \
+             LoRA-FA is considered from {:.0} %)",
+            (1.0 - free / fitted) * 100.0,
+            s(Some(fitted)),
+            s(Some(free)),
+            MEMORY_BINDS_FRACTION * 100.0
+        ),
+        (Some(fitted), None) => format!("LoRA {}", s(Some(fitted))),
+    };
+    match choice.lora_fa_s {
+        None => format!("finetune: lora, as memory does not bind it: {binds}.\n"),
+        Some(fa) => format!(
+            "finetune: {}: {binds}; LoRA-FA {}.\n",
+            choice.chosen.name(),
+            s(Some(fa))
+        ),
     }
 }

@@ -188,6 +188,9 @@ pub struct Plan {
     /// On a cluster of pools, which pools the plan uses and which ranks run on each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<crate::PoolPlacement>,
+    /// With `finetune = { method = auto }`, how the method was chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finetune_choice: Option<crate::FinetuneChoice>,
 }
 
 /// SHA-256 (hex) of the spec's JSON with object keys sorted.

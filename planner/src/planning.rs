@@ -352,5 +352,6 @@ fn assemble(
         runners_up,
         checkpoints,
         placement: None,
+        finetune_choice: None,
     }
 }

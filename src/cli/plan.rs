@@ -254,10 +254,20 @@ fn check(
         return ExitCode::from(EXIT_REGRESSION);
     }
     let objective = fresh.objective;
+    // `method = auto` resolved to the committed plan's method: cost it as that.
+    let resolved = committed
+        .finetune_choice
+        .map(|_| CostModel::new(&committed.spec));
     let estimate = if spec.cluster.pools.is_empty() {
-        model
-            .estimate(&committed.strategy())
-            .map_err(|e| e.to_string())
+        match &resolved {
+            Some(model) => model
+                .as_ref()
+                .map_err(|e| e.to_string())
+                .and_then(|m| m.estimate(&committed.strategy()).map_err(|e| e.to_string())),
+            None => model
+                .estimate(&committed.strategy())
+                .map_err(|e| e.to_string()),
+        }
     } else {
         estimate_placed(spec, &committed)
     };
