@@ -43,21 +43,26 @@ fn parse_pct(text: &str) -> Result<f64, String> {
 
 /// Reads a plan file, or prints why it is not one.
 pub fn read_plan(path: &Path) -> Result<Plan, ExitCode> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
+    parse_plan(path, &read_text(path)?)
+}
+
+fn read_text(path: &Path) -> Result<String, ExitCode> {
+    std::fs::read_to_string(path).map_err(|error| {
         eprintln!("error: cannot read `{}`: {error}", path.display());
         ExitCode::from(EXIT_BAD_INPUT)
-    })?;
-    Plan::from_json(&text).map_err(|error| {
+    })
+}
+
+fn parse_plan(path: &Path, text: &str) -> Result<Plan, ExitCode> {
+    Plan::from_json(text).map_err(|error| {
         eprintln!("error: `{}`: {error}", path.display());
         ExitCode::from(EXIT_BAD_INPUT)
     })
 }
 
 /// Both files serving plans: their diff. `None` when neither is one; exit 1 when one is.
-fn serving_diff(args: &Args) -> Option<ExitCode> {
-    let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
-    let (old, new) = (read(&args.old), read(&args.new));
-    match (is_serving_plan(&old), is_serving_plan(&new)) {
+fn serving_diff(args: &Args, old: &str, new: &str) -> Option<ExitCode> {
+    match (is_serving_plan(old), is_serving_plan(new)) {
         (false, false) => return None,
         (true, true) => {}
         _ => {
@@ -75,7 +80,7 @@ fn serving_diff(args: &Args) -> Option<ExitCode> {
             ExitCode::from(EXIT_BAD_INPUT)
         })
     };
-    let (old, new) = match (parse(&args.old, &old), parse(&args.new, &new)) {
+    let (old, new) = match (parse(&args.old, old), parse(&args.new, new)) {
         (Ok(old), Ok(new)) => (old, new),
         (Err(code), _) | (_, Err(code)) => return Some(code),
     };
@@ -103,14 +108,19 @@ fn serving_diff(args: &Args) -> Option<ExitCode> {
 }
 
 pub fn run(args: &Args) -> ExitCode {
-    if let Some(code) = serving_diff(args) {
+    let texts = read_text(&args.old).and_then(|old| Ok((old, read_text(&args.new)?)));
+    let (old_text, new_text) = match texts {
+        Ok(texts) => texts,
+        Err(code) => return code,
+    };
+    if let Some(code) = serving_diff(args, &old_text, &new_text) {
         return code;
     }
-    let old = match read_plan(&args.old) {
+    let old = match parse_plan(&args.old, &old_text) {
         Ok(plan) => plan,
         Err(code) => return code,
     };
-    let new = match read_plan(&args.new) {
+    let new = match parse_plan(&args.new, &new_text) {
         Ok(plan) => plan,
         Err(code) => return code,
     };

@@ -128,24 +128,9 @@ fn place(launch: &ServingLaunch, base_port: u64) -> Vec<Placed> {
     let mut placed = Vec::new();
     for (n, (role, index, phase)) in queue.into_iter().enumerate() {
         let gpus = phase.tp * phase.pp;
-        if gpus > per_node {
-            // Whole nodes of its own.
-            if gpu > 0 {
-                node += 1;
-                gpu = 0;
-            }
-            placed.push(Placed {
-                role,
-                index,
-                phase: phase.clone(),
-                node,
-                gpu: 0,
-                port: base_port + n as u64,
-            });
-            node += gpus.div_ceil(per_node);
-            continue;
-        }
-        if gpu + gpus > per_node {
+        // An instance wider than a node takes whole nodes of its own.
+        let spans = gpus > per_node;
+        if gpu > 0 && (spans || gpu + gpus > per_node) {
             node += 1;
             gpu = 0;
         }
@@ -157,7 +142,11 @@ fn place(launch: &ServingLaunch, base_port: u64) -> Vec<Placed> {
             gpu,
             port: base_port + n as u64,
         });
-        gpu += gpus;
+        if spans {
+            node += gpus.div_ceil(per_node);
+        } else {
+            gpu += gpus;
+        }
     }
     placed
 }

@@ -9,8 +9,10 @@ use std::path::Path;
 use tessel_grammar::{gpu_catalog, ClusterSpec, Link, MlpKind, ModelSpec, MoeSpec, NormKind};
 use tessel_grammar::{PositionKind, Precision};
 use tessel_symbolic::serving::{InstanceShape, IterationBatch, ServingCostModel};
+use tessel_symbolic::validation::Table;
 
 use super::engine::{simulate_instance, Arrival, BatchLimits, Role, Timing};
+use super::workload::{poisson_arrivals, SplitMix64};
 
 /// One published measurement.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,89 +36,57 @@ pub struct ServingMeasurement {
     pub request_rate: Option<f64>,
 }
 
-/// Splits one CSV line, with fields in double quotes holding commas and doubled quotes.
-fn csv_fields(line: &str) -> Vec<String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(ch) = chars.next() {
-        match ch {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            ',' if !quoted => fields.push(std::mem::take(&mut field)),
-            _ => field.push(ch),
-        }
-    }
-    fields.push(field);
-    fields
-}
+/// The columns the reader needs.
+const COLUMNS: [&str; 15] = [
+    "source",
+    "framework",
+    "model",
+    "gpu",
+    "tp",
+    "pp",
+    "precision",
+    "kind",
+    "batch",
+    "input_len",
+    "output_len",
+    "requests",
+    "value",
+    "unit",
+    "request_rate",
+];
 
 /// Reads `measurements.csv`.
 pub fn read_measurements(path: &Path) -> Result<Vec<ServingMeasurement>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut lines = text.lines();
-    let header = csv_fields(lines.next().unwrap_or(""));
-    let column = |name: &str| {
-        header
-            .iter()
-            .position(|h| h == name)
-            .ok_or_else(|| format!("{}: no column `{name}`", path.display()))
-    };
-    let names = [
-        "source",
-        "framework",
-        "model",
-        "gpu",
-        "tp",
-        "pp",
-        "precision",
-        "kind",
-        "batch",
-        "input_len",
-        "output_len",
-        "requests",
-        "value",
-        "unit",
-        "request_rate",
-    ];
-    let at: Vec<usize> = names.iter().map(|n| column(n)).collect::<Result<_, _>>()?;
+    let table = Table::read(path)?;
+    table.require(path, &COLUMNS)?;
     let mut rows = Vec::new();
-    for (index, line) in lines.enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let f = csv_fields(line);
-        let get = |i: usize| f.get(at[i]).map(String::as_str).unwrap_or("");
-        let bad = |what: &str| format!("{}:{}: bad `{what}`", path.display(), index + 2);
-        let number = |i: usize| get(i).parse::<u64>().map_err(|_| bad(names[i]));
-        let optional = |i: usize| -> Result<Option<u64>, String> {
-            if get(i).is_empty() {
+    for (line, get) in table.rows() {
+        let bad = |what: &str| format!("{}:{line}: bad `{what}`", path.display());
+        let number = |name: &str| get(name).parse::<u64>().map_err(|_| bad(name));
+        let optional = |name: &str| -> Result<Option<u64>, String> {
+            if get(name).is_empty() {
                 Ok(None)
             } else {
-                number(i).map(Some)
+                number(name).map(Some)
             }
         };
         rows.push(ServingMeasurement {
-            source: get(0).to_string(),
-            framework: get(1).to_string(),
-            model: get(2).to_string(),
-            gpu: get(3).to_string(),
-            tp: number(4)?,
-            pp: number(5)?,
-            precision: get(6).to_string(),
-            kind: get(7).to_string(),
-            batch: optional(8)?,
-            input_len: number(9)?,
+            source: get("source"),
+            framework: get("framework"),
+            model: get("model"),
+            gpu: get("gpu"),
+            tp: number("tp")?,
+            pp: number("pp")?,
+            precision: get("precision"),
+            kind: get("kind"),
+            batch: optional("batch")?,
+            input_len: number("input_len")?,
             // A first-token latency samples one token.
-            output_len: optional(10)?.unwrap_or(1),
-            requests: optional(11)?,
-            value: get(12).parse().map_err(|_| bad("value"))?,
-            unit: get(13).to_string(),
-            request_rate: match get(14) {
+            output_len: optional("output_len")?.unwrap_or(1),
+            requests: optional("requests")?,
+            value: get("value").parse().map_err(|_| bad("value"))?,
+            unit: get("unit"),
+            request_rate: match get("request_rate").as_str() {
                 "" => None,
                 "inf" => Some(f64::INFINITY),
                 text => Some(text.parse().map_err(|_| bad("request_rate"))?),
@@ -333,16 +303,9 @@ fn online(row: &ServingMeasurement, cost: &ServingCostModel) -> Option<(f64, f64
     let (input, output) = (row.input_len, row.output_len);
     let (at, max_sequences): (Vec<f64>, u64) = match (row.request_rate, row.batch) {
         (Some(rate), _) if rate.is_finite() => {
-            let mut rng = super::workload::SplitMix64::new(0);
-            let mut now = 0.0;
-            let times = (0..count)
-                .map(|i| {
-                    if i > 0 {
-                        now += rng.exponential() / rate;
-                    }
-                    now
-                })
-                .collect();
+            let mut rng = SplitMix64::new(0);
+            let mut arrival = poisson_arrivals();
+            let times = (0..count).map(|_| arrival(&mut rng, rate)).collect();
             (times, ONLINE_MAX_SEQUENCES)
         }
         (Some(_), _) => (vec![0.0; count], ONLINE_MAX_SEQUENCES),

@@ -55,6 +55,17 @@ fn fit_context(prompt: u64, output: u64, limit: u64) -> (u64, u64) {
     (prompt, output)
 }
 
+/// The next arrival time of a Poisson process at `rate` per second, the first at 0, each gap
+/// drawn from `rng`.
+pub fn poisson_arrivals() -> impl FnMut(&mut SplitMix64, f64) -> f64 {
+    let mut next: Option<f64> = None;
+    move |rng, rate| {
+        let now = next.map_or(0.0, |last| last + rng.exponential() / rate);
+        next = Some(now);
+        now
+    }
+}
+
 /// `count` requests of the workload's distributions arriving as a Poisson process at `rate`.
 pub fn synthetic_requests(
     workload: &Workload,
@@ -64,12 +75,10 @@ pub fn synthetic_requests(
 ) -> Vec<Request> {
     let mut rng = SplitMix64::new(workload.seed);
     let limit = context_limit(model);
-    let mut now = 0.0;
+    let mut arrival = poisson_arrivals();
     (0..count)
-        .map(|i| {
-            if i > 0 {
-                now += rng.exponential() / rate;
-            }
+        .map(|_| {
+            let now = arrival(&mut rng, rate);
             let (prompt, output) = fit_context(
                 draw(&workload.prompt, &mut rng),
                 draw(&workload.output, &mut rng),

@@ -69,7 +69,7 @@ impl<T> BlockCtx<T> {
     }
 }
 
-fn norm<B: Backend>(
+pub(crate) fn norm<B: Backend>(
     env: &Env<B>,
     values: &Values<B::Tensor>,
     prefix: &str,

@@ -23,7 +23,7 @@ use crate::error::RuntimeError;
 use crate::init::init_block;
 use crate::launch::{run_ranks, validate_model};
 use crate::mesh::Mesh;
-use crate::model::layout::rank_groups;
+use crate::model::layout::{layer_groups, rank_groups, ShardCoords};
 use crate::plan::ExecutionPlan;
 
 use model::LayerCache;
@@ -93,14 +93,24 @@ fn tag(request: usize, step: usize, token: bool) -> u64 {
     ((request as u64) << 32) | ((step as u64) << 1) | u64::from(token)
 }
 
-/// Key/value columns `[start, end)` tensor rank `tp_index` of `tp` holds (the layout's split:
-/// with more ranks than key/value heads, consecutive ranks share one head).
-fn kv_columns(model: &ModelSpec, tp: u64, tp_index: u64) -> (usize, usize) {
-    let replicas = (tp / model.kv_heads).max(1);
-    let parts = tp / replicas;
-    let width = (model.kv_heads * model.head_dim / parts) as usize;
-    let index = (tp_index / replicas) as usize;
-    (index * width, (index + 1) * width)
+/// The key/value columns `[start, end)` tensor rank `tp_index` of `tp` holds, and whether it
+/// is the first of the ranks sharing them (with more ranks than key/value heads, consecutive
+/// ranks hold one head each): the layout's split of the key projection.
+fn kv_columns(model: &ModelSpec, tp: u64, tp_index: u64) -> (usize, usize, bool) {
+    let shard = ShardCoords {
+        tp,
+        tp_index,
+        ep: 1,
+        ep_index: 0,
+    };
+    let wk = layer_groups(model, 0, shard)
+        .into_iter()
+        .flat_map(|g| g.params)
+        .find(|p| p.name == "layers.0.attn.wk")
+        .expect("every layer has a key projection");
+    let (start, end) = wk.col_range();
+    let first = tp_index.is_multiple_of(wk.tp_replicas);
+    (start as usize, end as usize, first)
 }
 
 fn run_rank(
@@ -133,7 +143,7 @@ fn run_rank(
     let layers = plan.stage_layers(c.pp);
     let (first, last) = (c.pp == 0, c.pp == pp - 1);
     let peer = |stage: u64| mesh.rank_of(stage, 0, 0, c.tp) as usize;
-    let (kv_lo, kv_hi) = kv_columns(model, plan.tp, c.tp);
+    let (kv_lo, kv_hi, _) = kv_columns(model, plan.tp, c.tp);
     let mut result = RankResult {
         tokens: Vec::new(),
         caches: Vec::new(),
@@ -307,15 +317,15 @@ pub fn generate_disaggregated(
     let width = (model.kv_heads * model.head_dim) as usize;
     let mut handed = Vec::with_capacity(prompts.len());
     let mut bytes = 0u64;
+    let columns: Vec<(usize, usize, bool)> = (0..outputs.len())
+        .map(|rank| kv_columns(model, plan.tp, mesh.coords(rank as u64).tp))
+        .collect();
     for (r, prompt) in prompts.iter().enumerate() {
         let n = prompt.len();
         let mut whole: BTreeMap<u64, LayerCache<Vec<f32>>> = BTreeMap::new();
-        for (rank, output) in outputs.iter().enumerate() {
-            let c = mesh.coords(rank as u64);
-            let (lo, hi) = kv_columns(model, plan.tp, c.tp);
+        for (output, &(lo, hi, first)) in outputs.iter().zip(&columns) {
             // Ranks that share a key/value head hold the same copy: the first one sends it.
-            let replicas = (plan.tp / model.kv_heads).max(1);
-            if !c.tp.is_multiple_of(replicas) {
+            if !first {
                 continue;
             }
             for (&layer, cache) in &output.caches[r] {

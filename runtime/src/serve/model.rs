@@ -7,7 +7,7 @@
 use crate::backend::{AttentionShape, Backend};
 use crate::error::RuntimeError;
 use crate::mesh::GroupKind;
-use crate::model::block::add_bias;
+use crate::model::block::{add_bias, norm};
 use crate::model::layout::head_weight_name;
 use crate::model::{mlp, moe, param, Env, Values};
 use tessel_grammar::PositionKind;
@@ -44,25 +44,6 @@ pub fn env<'a, B: Backend>(
     }
 }
 
-fn norm<B: Backend>(
-    env: &Env<B>,
-    values: &Values<B::Tensor>,
-    prefix: &str,
-    x: &B::Tensor,
-) -> Result<B::Tensor, RuntimeError> {
-    let w = param(values, &format!("{prefix}.weight"))?;
-    let bias = values.get(&format!("{prefix}.bias"));
-    Ok(env.b.norm(env.model.norm, x, w, bias).0)
-}
-
-fn sum_tp<B: Backend>(env: &Env<B>, x: &B::Tensor) -> Result<B::Tensor, RuntimeError> {
-    if env.tp == 1 {
-        Ok(x.clone())
-    } else {
-        env.b.all_reduce(GroupKind::Tensor, x)
-    }
-}
-
 /// The embedding of `tokens` at positions `start..`: vocab-parallel lookup summed over the
 /// tensor group, plus the learned position rows when the model has them.
 pub fn embed<B: Backend>(
@@ -83,7 +64,7 @@ pub fn embed<B: Backend>(
         .unzip();
     let mut partial = b.zeros(tokens.len(), hidden);
     b.scatter_add_rows(&mut partial, &at, &b.gather_rows(table, &local));
-    let mut x = sum_tp(env, &partial)?;
+    let mut x = env.reduce_tp(&partial)?;
     if let Some(positions) = values.get("embedding.position") {
         let pos: Vec<usize> = (start..start + tokens.len()).collect();
         b.add_assign(&mut x, &b.gather_rows(positions, &pos));
@@ -131,7 +112,7 @@ pub fn block<B: Backend>(
     let m = env.model;
     let p = format!("layers.{layer}");
     let a = format!("{p}.attn");
-    let n1 = norm(env, values, &format!("{p}.norm1"), x)?;
+    let n1 = norm(env, values, &format!("{p}.norm1"), x)?.0;
     let q = project(env, values, &a, &n1, "q", start)?;
     let k_new = project(env, values, &a, &n1, "k", start)?;
     let v_new = project(env, values, &a, &n1, "v", start)?;
@@ -155,9 +136,9 @@ pub fn block<B: Backend>(
     let attn = b.attention(shape, &q, &k, &v).0;
     *cache = Some(LayerCache { k, v });
     let partial = b.matmul(&attn, param(values, &format!("{a}.wo"))?, false, false);
-    let attn_out = add_bias(env, values, &format!("{a}.bo"), sum_tp(env, &partial)?);
+    let attn_out = add_bias(env, values, &format!("{a}.bo"), env.reduce_tp(&partial)?);
     let h = b.add(x, &attn_out);
-    let n2 = norm(env, values, &format!("{p}.norm2"), &h)?;
+    let n2 = norm(env, values, &format!("{p}.norm2"), &h)?.0;
     let ffn_partial = if m.is_moe_layer(layer) {
         moe::forward(env, values, &format!("{p}.moe"), &n2)?.0
     } else {
@@ -167,7 +148,7 @@ pub fn block<B: Backend>(
         env,
         values,
         &format!("{p}.mlp.bo"),
-        sum_tp(env, &ffn_partial)?,
+        env.reduce_tp(&ffn_partial)?,
     );
     Ok(b.add(&h, &ffn_out))
 }
@@ -183,7 +164,7 @@ pub fn greedy_token<B: Backend>(
     let b = env.b;
     let rows = b.shape(x).0;
     let last = b.slice_rows(x, rows - 1, rows);
-    let normed = norm(env, values, "final_norm", &last)?;
+    let normed = norm(env, values, "final_norm", &last)?.0;
     let w = param(values, head_weight_name(env.model))?;
     let logits = b.to_vec(&b.matmul(&normed, w, false, true));
     let lo = env.tp_index * b.shape(w).0;

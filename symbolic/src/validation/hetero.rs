@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use tessel_grammar::Spec;
 
-use super::csv::parse_csv;
+use super::csv::Table;
 use crate::cost::{CostModel, PooledCostModel};
 
 /// One costed row.
@@ -55,22 +55,9 @@ pub fn default_hetero_path() -> PathBuf {
 
 /// Reads the table and writes each costable AMP row as a spec.
 pub fn load_hetero_cases(path: &Path) -> Result<Vec<HeteroCase>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-    let records = parse_csv(&text);
-    let Some(header) = records.first() else {
-        return Ok(Vec::new());
-    };
-    let column = |name: &str| header.iter().position(|h| h == name);
     let mut cases = Vec::new();
-    for (index, record) in records.iter().enumerate().skip(1) {
-        let get = |name: &str| {
-            column(name)
-                .and_then(|i| record.get(i))
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        };
-        if let Some(case) = amp_case(index + 1, &get)? {
+    for (line, get) in Table::read(path)?.rows() {
+        if let Some(case) = amp_case(line, &get)? {
             cases.push(case);
         }
     }

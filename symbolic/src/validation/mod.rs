@@ -12,7 +12,7 @@ mod regimes;
 mod report;
 
 pub use cases::{cases_from_records, Case, MemoryMeasure, Skipped, Source, Throughput};
-pub use csv::parse_csv;
+pub use csv::{parse_csv, Table};
 pub use evaluate::{evaluate, evaluate_case, per_source, EfficiencyFor, ErrorStats, Outcome};
 pub use hardware::{cluster_for, gpu_for};
 pub use hetero::{
