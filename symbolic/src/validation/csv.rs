@@ -38,18 +38,6 @@ pub fn parse_csv(text: &str) -> Vec<Vec<String>> {
     records
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_csv;
-
-    #[test]
-    fn quotes_commas_and_newlines() {
-        let rows = parse_csv("a,b,c\n1,\"x, \"\"y\"\"\nz\",3\n");
-        assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1], vec!["1", "x, \"y\"\nz", "3"]);
-    }
-}
-
 /// A CSV file read by column name: its header and records.
 pub struct Table {
     header: Vec<String>,
@@ -93,5 +81,17 @@ impl Table {
             };
             (index + 2, get)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_csv;
+
+    #[test]
+    fn quotes_commas_and_newlines() {
+        let rows = parse_csv("a,b,c\n1,\"x, \"\"y\"\"\nz\",3\n");
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[1], vec!["1", "x, \"y\"\nz", "3"]);
     }
 }
