@@ -53,7 +53,10 @@ impl Kind {
 
     /// Blocks that describe the file's own job rather than define something to reuse.
     fn is_job(self) -> bool {
-        matches!(self, Kind::Train | Kind::Serve | Kind::Search)
+        matches!(
+            self,
+            Kind::Train | Kind::Serve | Kind::Search | Kind::Strategy
+        )
     }
 
     /// What references to this kind are called in messages ("unknown GPU `x`").
@@ -142,8 +145,9 @@ impl Resolver {
                         );
                         continue;
                     };
-                    // A used file lends its definitions; its job (`train`, `serve`, `search`)
-                    // stays its own, so a serving spec can use a training spec's model.
+                    // A used file lends its definitions; its job (`train`, `serve`, `search`,
+                    // and the strategies written for that job) stays its own, so a serving or
+                    // fine-tuning spec can use a training spec's model.
                     if kind.is_job() && file != ROOT_FILE {
                         continue;
                     }

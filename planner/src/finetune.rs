@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 use tessel_grammar::{FinetuneMethod, Spec};
 
 use crate::error::PlanError;
-use crate::planning::{plan, PlanOptions, PlanOutcome};
+use crate::planning::{plan, plan_fixed, PlanOptions, PlanOutcome};
+use crate::Plan;
+use tessel_grammar::Strategy;
 
 /// How `method = auto` chose: the ranked step times it compared, seconds (`None` where no
 /// plan fits).
@@ -93,6 +95,48 @@ pub fn plan_finetune(spec: &Spec, options: &PlanOptions<'_>) -> Result<PlanOutco
         outcome.plan.finetune_choice = Some(choice);
         outcome
     })
+}
+
+/// Plans the fixed `strategy`, resolving `method = auto`: with the degrees fixed, memory binds
+/// LoRA exactly when LoRA's plan does not fit, and then LoRA-FA's is taken. `model_for_spec`
+/// costs each method's spec.
+pub fn plan_fixed_finetune(
+    spec: &Spec,
+    strategy: &Strategy,
+    model_for_spec: crate::ModelFactory<'_>,
+) -> Result<Plan, PlanError> {
+    let plan_of = |method: FinetuneMethod| -> Result<Plan, PlanError> {
+        let spec = with_method(spec, method);
+        let model = model_for_spec(&spec).map_err(|message| PlanError::CostModel { message })?;
+        plan_fixed(&spec, model.as_ref(), strategy)
+    };
+    let auto = spec
+        .train
+        .finetune
+        .is_some_and(|f| f.method == FinetuneMethod::Auto);
+    if !auto {
+        let model = model_for_spec(spec).map_err(|message| PlanError::CostModel { message })?;
+        return plan_fixed(spec, model.as_ref(), strategy);
+    }
+    let lora = plan_of(FinetuneMethod::Lora);
+    let step = |p: &Plan| p.prediction.step_time_s;
+    let mut choice = FinetuneChoice {
+        chosen: FinetuneMethod::Lora,
+        lora_s: lora.as_ref().ok().map(step),
+        lora_unlimited_s: None,
+        lora_fa_s: None,
+    };
+    let mut plan = match lora {
+        Ok(plan) => plan,
+        Err(error) => {
+            let fa = plan_of(FinetuneMethod::LoraFa).map_err(|_| error)?;
+            choice.chosen = FinetuneMethod::LoraFa;
+            choice.lora_fa_s = Some(step(&fa));
+            fa
+        }
+    };
+    plan.finetune_choice = Some(choice);
+    Ok(plan)
 }
 
 /// Why `method = auto` chose what it did, for `--explain`.

@@ -40,7 +40,7 @@ pub use diff::{
 };
 pub use error::PlanError;
 pub use explain::{render_explain, render_validated_alternative};
-pub use finetune::{explain_finetune_choice, plan_finetune, FinetuneChoice};
+pub use finetune::{explain_finetune_choice, plan_finetune, plan_fixed_finetune, FinetuneChoice};
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
 pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};

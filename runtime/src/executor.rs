@@ -14,7 +14,7 @@ use crate::memory::{MemoryCategory, MemoryPeaks, MemoryTracker};
 use crate::mesh::{Coords, GroupKind, Mesh};
 use crate::model::block::{self, BlockCtx, Keep};
 use crate::model::embedding::{self, EmbedCtx, HeadCtx};
-use crate::model::layout::{rank_groups, GroupSpec, ParamSpec};
+use crate::model::layout::{adapter_group_name, rank_groups, GroupSpec, ParamSpec};
 use crate::model::{Env, Grads, Values};
 use crate::plan::ExecutionPlan;
 use crate::trace::{CollectiveRecord, MatmulRecord, TraceEvent};
@@ -205,6 +205,11 @@ impl<'a, B: Backend> Rank<'a, B> {
             offload.activations,
         ]);
         let specs = rank_groups(model, plan, coords);
+        let frozen = specs
+            .iter()
+            .filter(|g| g.frozen)
+            .flat_map(|g| g.params.iter().map(|p| p.name.clone()))
+            .collect();
         let mut r = Rank {
             b,
             rank,
@@ -213,7 +218,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             coords,
             groups: Vec::new(),
             values: BTreeMap::new(),
-            grads: Grads::default(),
+            grads: Grads::new(frozen),
             grad_bytes: 0,
             memory,
             stash: HashMap::new(),
@@ -257,7 +262,10 @@ impl<'a, B: Backend> Rank<'a, B> {
         let replicas = b.group_size(spec.replication);
         let len: usize = spec.params.iter().map(|p| p.local_len()).sum();
         let padded = len.div_ceil(replicas) * replicas;
-        let (owned, first) = if self.zero() >= 1 {
+        let (owned, first) = if spec.frozen {
+            // Frozen parameters have no optimizer state.
+            (0, 0)
+        } else if self.zero() >= 1 {
             let owned = padded / replicas;
             (owned, b.group_index(spec.replication) * owned)
         } else {
@@ -266,7 +274,7 @@ impl<'a, B: Backend> Rank<'a, B> {
         // Adam's moments: zero, or this rank's part of the group's flat buffer of them.
         let mut sources = BTreeMap::new();
         let mut moment = |state: StateKind| -> Result<B::Tensor, RuntimeError> {
-            let Some(checkpoint) = resume else {
+            let Some(checkpoint) = resume.filter(|_| owned > 0) else {
                 return Ok(b.zeros(owned, 1));
             };
             let mut flat = Vec::with_capacity(padded);
@@ -352,7 +360,11 @@ impl<'a, B: Backend> Rank<'a, B> {
     }
 
     fn layer_group_names(layer: u64) -> Vec<String> {
-        vec![format!("layers.{layer}"), format!("layers.{layer}.experts")]
+        vec![
+            format!("layers.{layer}"),
+            format!("layers.{layer}.experts"),
+            adapter_group_name(layer),
+        ]
     }
 
     /// ZeRO-3: all-gather the full parameters of these groups just before use; they are
@@ -404,6 +416,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             chunk_len: (plan.seq_len / plan.cp_chunks()) as usize,
             cp_next_rank: self.cp_neighbour(1),
             cp_prev_rank: self.cp_neighbour(plan.cp - 1),
+            adapters: plan.adapters,
         }
     }
 
@@ -696,7 +709,9 @@ impl<'a, B: Backend> Rank<'a, B> {
                     &names[..]
                 };
                 for gi in self.group_indices(own) {
-                    self.scatter_microbatch_gradients(gi)?;
+                    if !self.groups[gi].spec.frozen {
+                        self.scatter_microbatch_gradients(gi)?;
+                    }
                 }
                 self.track_gradient_bytes();
             }
@@ -820,6 +835,9 @@ impl<'a, B: Backend> Rank<'a, B> {
         }
         let b = self.b;
         for gi in 0..self.groups.len() {
+            if self.groups[gi].spec.frozen {
+                continue;
+            }
             self.sum_over_tensor_group(gi)?;
             self.sum_tied_copies(gi)?;
             let g = &self.groups[gi];
@@ -855,6 +873,9 @@ impl<'a, B: Backend> Rank<'a, B> {
         let b = self.b;
         for gi in 0..self.groups.len() {
             let g = &self.groups[gi];
+            if g.spec.frozen {
+                continue;
+            }
             if g.spec.params.iter().any(|p| self.is_tied_copy(p)) {
                 self.sum_tied_copies(gi)?;
                 self.track_gradient_bytes();
@@ -904,6 +925,9 @@ impl<'a, B: Backend> Rank<'a, B> {
         self.opt_step += 1;
         let hp = self.setup.adam;
         for gi in 0..self.groups.len() {
+            if self.groups[gi].spec.frozen {
+                continue;
+            }
             let grad = self.groups[gi]
                 .reduced
                 .take()

@@ -150,6 +150,13 @@ pub fn launch_cpu(
 ) -> Result<LaunchReport, RuntimeError> {
     validate_model(model)?;
     plan.validate(model)?;
+    if plan.adapters.is_some() && (options.resume_from.is_some() || options.checkpoint_to.is_some())
+    {
+        return Err(RuntimeError::unsupported(
+            "checkpoints of adapter fine-tuning (the runtime's checkpoints hold every \
+             parameter's optimizer state)",
+        ));
+    }
     let schedule = PipelineSchedule::interleaved(plan.pp, plan.microbatches, plan.interleave)
         .map_err(|e| RuntimeError::invalid_plan(e.to_string()))?;
     let stream = TokenStream::new(

@@ -2,6 +2,7 @@
 //! of one training configuration, checked against the model it runs.
 
 use crate::error::RuntimeError;
+use crate::model::lora::Adapters;
 use tessel_grammar::{ModelSpec, Offload, Recompute, Strategy};
 
 /// Everything the executor needs to know about a parallel configuration.
@@ -30,6 +31,8 @@ pub struct ExecutionPlan {
     pub offload: Vec<Offload>,
     /// Seeds the parameter initialisation.
     pub seed: u64,
+    /// Adapter fine-tuning: the model frozen, LoRA adapters training beside it.
+    pub adapters: Option<Adapters>,
 }
 
 impl ExecutionPlan {
@@ -107,6 +110,7 @@ impl ExecutionPlan {
             recompute: (0..strategy.pp).map(|s| strategy.recompute_of(s)).collect(),
             offload: (0..strategy.pp).map(|s| strategy.offload_of(s)).collect(),
             seed: 0,
+            adapters: None,
         };
         plan.validate(model)?;
         Ok(plan)
@@ -200,6 +204,20 @@ impl ExecutionPlan {
         }
         if self.recompute.len() as u64 != self.pp || self.offload.len() as u64 != self.pp {
             return bad("recompute and offload need one entry per pipeline stage".into());
+        }
+        if self.adapters.is_some() {
+            if model.moe.is_some() {
+                return Err(RuntimeError::unsupported(
+                    "adapter fine-tuning of a mixture of experts (the CPU runtime's adapters \
+                     sit on dense projections only)",
+                ));
+            }
+            if self.zero == 3 {
+                return Err(RuntimeError::unsupported(
+                    "adapter fine-tuning under ZeRO-3 (use ZeRO 0–2: the adapters' states are \
+                     small and the frozen weights have none to shard)",
+                ));
+            }
         }
         if self.interleave > 1 && self.pp == 1 {
             return Err(RuntimeError::unsupported(

@@ -4,6 +4,7 @@
 //! trains, and the cost model's memory prediction for exactly that scaled configuration.
 
 use crate::error::RuntimeError;
+use crate::model::lora::Adapters;
 use crate::plan::ExecutionPlan;
 use crate::scale::scale_model;
 use tessel_grammar::{ModelSpec, Precision, Recompute, Spec, Strategy};
@@ -41,13 +42,6 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
              runtime does not run"
                 .into(),
         );
-    }
-    if let Some(finetune) = plan.spec.train.finetune.filter(|f| f.is_adapter()) {
-        return Err(RuntimeError::unsupported(format!(
-            "fine-tuning with adapters (`finetune = {{ method = {} }}`): the runtime trains \
-             every weight",
-            finetune.method.name()
-        )));
     }
     let c = &plan.config;
     for (what, v) in [
@@ -204,6 +198,7 @@ impl ExecutionPlan {
             recompute: plan.stages.iter().map(|s| s.recompute).collect(),
             offload: plan.stages.iter().map(|s| s.offload).collect(),
             seed: 0,
+            adapters: Adapters::of(plan.spec.train.finetune)?,
         };
         execution.validate(&plan.spec.model)?;
         Ok(execution)
@@ -361,6 +356,7 @@ pub fn scale_plan(plan: &Plan, factor: f64) -> Result<ScaledPlan, RuntimeError> 
         })
         .collect();
     execution.offload = full.offload.clone();
+    execution.adapters = full.adapters;
     execution.validate(&model)?;
     let chunk_sizes: Vec<u64> = execution.chunk_layers.iter().map(|(a, b)| b - a).collect();
     let stage_strategies = (0..c.pp as usize)

@@ -1,14 +1,17 @@
 //! The CPU backend's backward passes against central finite differences: each op alone, and
-//! whole decoder blocks (dense gelu/layernorm, swiglu/rmsnorm with rotary positions, MoE).
+//! whole decoder blocks (dense gelu/layernorm, swiglu/rmsnorm with rotary positions, MoE, and
+//! with LoRA and LoRA-FA adapters beside frozen weights).
 
-use tessel_grammar::{MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
+use std::collections::BTreeSet;
+use tessel_grammar::{LoraTargets, MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
 use tessel_runtime::backend::cpu::{CpuBackend, CpuTensor};
 use tessel_runtime::backend::shared_memory::World;
 use tessel_runtime::backend::{AttentionShape, Backend};
 use tessel_runtime::init::{init_block, Init};
 use tessel_runtime::mesh::Mesh;
 use tessel_runtime::model::block::{self, Keep};
-use tessel_runtime::model::layout::{layer_groups, ShardCoords};
+use tessel_runtime::model::layout::{layer_groups, with_adapters, ShardCoords};
+use tessel_runtime::model::lora::Adapters;
 use tessel_runtime::model::{Env, Grads, Values};
 
 fn backend() -> CpuBackend {
@@ -289,6 +292,12 @@ fn tiny(mlp: MlpKind, norm: NormKind, position: PositionKind, moe: Option<MoeSpe
 }
 
 fn check_block(model: &ModelSpec, layer: u64) {
+    check_block_with(model, layer, None);
+}
+
+/// The block's input and parameter gradients against central differences; with adapters,
+/// those of the adapters that train, and none of the frozen weights.
+fn check_block_with(model: &ModelSpec, layer: u64, adapters: Option<Adapters>) {
     let b = backend();
     let shard = ShardCoords {
         tp: 1,
@@ -297,7 +306,16 @@ fn check_block(model: &ModelSpec, layer: u64) {
         ep_index: 0,
     };
     let mut values: Values<CpuTensor> = Values::new();
-    for g in layer_groups(model, layer, shard) {
+    let groups = match &adapters {
+        None => layer_groups(model, layer, shard),
+        Some(a) => with_adapters(layer_groups(model, layer, shard), a, 1),
+    };
+    let frozen: BTreeSet<String> = groups
+        .iter()
+        .filter(|g| g.frozen)
+        .flat_map(|g| g.params.iter().map(|p| p.name.clone()))
+        .collect();
+    for g in groups {
         for p in g.params {
             let (rows, cols) = p.local_shape();
             // Spread the weights so that the check exercises every path with sizeable values.
@@ -329,6 +347,7 @@ fn check_block(model: &ModelSpec, layer: u64) {
         chunk_len: 3,
         cp_next_rank: 0,
         cp_prev_rank: 0,
+        adapters,
     };
     let x = random("x", 6, 8, 1.0);
     let r = random("r", 6, 8, 1.0);
@@ -337,7 +356,7 @@ fn check_block(model: &ModelSpec, layer: u64) {
         dot(&y, &r)
     };
     let (_, ctx) = block::forward(&env, &values, layer, &x, Keep::Everything).unwrap();
-    let mut grads = Grads::default();
+    let mut grads = Grads::new(frozen.clone());
     let dx = block::backward(&env, &values, &mut grads, layer, ctx, &r).unwrap();
     check("block dx", &|x| loss(&values, x), &x, &dx);
     for (name, g) in &grads.map {
@@ -348,11 +367,39 @@ fn check_block(model: &ModelSpec, layer: u64) {
         };
         check(name, &f, &values[name], g);
     }
+    let trained: Vec<&String> = values.keys().filter(|n| !frozen.contains(*n)).collect();
     assert_eq!(
-        grads.map.len(),
-        values.len(),
-        "every parameter gets a gradient"
+        grads.map.keys().collect::<Vec<_>>(),
+        trained,
+        "every parameter that trains gets a gradient, and only those"
     );
+}
+
+#[test]
+fn lora_block_gelu_biases() {
+    let adapters = Adapters {
+        rank: 3,
+        targets: LoraTargets::ALL,
+        frozen_a: false,
+    };
+    let model = tiny(
+        MlpKind::Gelu,
+        NormKind::Layernorm,
+        PositionKind::Learned,
+        None,
+    );
+    check_block_with(&model, 0, Some(adapters));
+}
+
+#[test]
+fn lora_fa_block_swiglu_rope() {
+    let adapters = Adapters {
+        rank: 2,
+        targets: LoraTargets::ALL,
+        frozen_a: true,
+    };
+    let model = tiny(MlpKind::Swiglu, NormKind::Rmsnorm, PositionKind::Rope, None);
+    check_block_with(&model, 1, Some(adapters));
 }
 
 #[test]

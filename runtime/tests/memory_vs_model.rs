@@ -93,3 +93,49 @@ fn the_automatic_scale_of_a_70b_model_is_one_sixty_fourth() {
     assert!(scale_plan(&plan, 0.0).is_err());
     assert!(scale_plan(&plan, 1.5).is_err());
 }
+
+/// LoRA and LoRA-FA: the frozen weights, the adapters and their gradients and Adam moments
+/// equal the prediction byte for byte, and the four components' peak is within 15% of the
+/// predicted four, LoRA-FA's below LoRA's in both.
+#[test]
+fn adapter_fine_tuning_memory_equals_the_prediction() {
+    use tessel_grammar::{FinetuneMethod, FinetuneSpec, LoraTargets};
+    let mut peaks = Vec::new();
+    for method in [FinetuneMethod::Lora, FinetuneMethod::LoraFa] {
+        let mut plan = plan_of("dense8.tsl", 2, 2, 2, 1);
+        plan.spec.train.finetune = Some(FinetuneSpec {
+            method,
+            rank: 8,
+            targets: LoraTargets::ALL,
+        });
+        plan.spec_digest = tessel_planner::spec_digest(&plan.spec);
+        let scaled = scale_plan(&plan, 0.5).unwrap();
+        assert!(scaled.execution.adapters.is_some());
+        let predicted = scaled.predicted_memory().unwrap();
+        let report = launch_cpu(scaled.model(), &scaled.execution, &LaunchOptions::new(1)).unwrap();
+        let (mut measured, mut expected) = (0, 0.0);
+        for rank in &report.peak_memory {
+            let p = predicted[rank.rank / 4];
+            let d = rank.device;
+            let at = format!("{} rank {}", method.name(), rank.rank);
+            assert_eq!(d.weights as f64, p.weights.round(), "{at}");
+            assert_eq!(d.grads as f64, p.grads.round(), "{at}");
+            assert_eq!(d.optimizer as f64, p.optimizer.round(), "{at}");
+            let ratio = rank.device_total as f64 / p.measured_total();
+            println!(
+                "{at}: total {ratio:.3}, activations {:.3} ({} of {:.0} bytes)",
+                d.activations as f64 / p.activations,
+                d.activations,
+                p.activations
+            );
+            assert!((0.85..=1.15).contains(&ratio), "{at}: total {ratio:.3}");
+            measured = measured.max(d.activations);
+            expected = f64::max(expected, p.activations);
+        }
+        peaks.push((measured, expected));
+    }
+    let [(lora, lora_predicted), (fa, fa_predicted)] = peaks[..] else {
+        unreachable!()
+    };
+    assert!(fa < lora && fa_predicted < lora_predicted);
+}

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tessel_grammar::{Job, Spec};
 use tessel_planner::{
-    estimate_placed, plan, plan_finetune, plan_fixed, plan_on_pools, render_explain,
+    estimate_placed, plan, plan_finetune, plan_fixed_finetune, plan_on_pools, render_explain,
     render_markdown, render_table, render_validated_alternative, Objective, Plan, PlanError,
     PlanOptions, SearchProgress, StageCostModel,
 };
@@ -109,7 +109,7 @@ pub fn run(args: &Args) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
         match args.fixed.resolve(&spec, &args.spec) {
-            Ok(strategy) => plan_fixed(&spec, &model, &strategy),
+            Ok(strategy) => plan_fixed_finetune(&spec, &strategy, &cost_model_for),
             Err(code) => return code,
         }
     } else {
@@ -149,6 +149,13 @@ pub fn run(args: &Args) -> ExitCode {
     }
 }
 
+/// The cost model of a spec the planner derives (another fine-tuning method, more nodes).
+fn cost_model_for(spec: &Spec) -> Result<Box<dyn StageCostModel>, String> {
+    CostModel::new(spec)
+        .map(|m| Box::new(m) as Box<dyn StageCostModel>)
+        .map_err(|e| e.to_string())
+}
+
 /// The full search, with a progress line on a terminal once it has run for a second.
 pub fn search(
     spec: &Spec,
@@ -175,16 +182,11 @@ pub fn search(
             *shown = true;
         }
     };
-    let factory = |changed: &Spec| {
-        CostModel::new(changed)
-            .map(|m| Box::new(m) as Box<dyn StageCostModel>)
-            .map_err(|e| e.to_string())
-    };
     let options = PlanOptions {
         top,
         milp: None,
         progress: Some(&progress),
-        model_for_spec: Some(&factory),
+        model_for_spec: Some(&cost_model_for),
         objective,
         validated_only,
     };

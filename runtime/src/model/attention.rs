@@ -7,13 +7,16 @@
 //! Causality by chunk: a query chunk sees earlier key chunks whole, its own causally and later
 //! ones not at all.
 
+use super::lora::{self, AdapterCtx, Parallel};
 use super::{param, Env, Grads, Values};
 use crate::backend::{AttentionShape, Backend};
 use crate::error::RuntimeError;
 use tessel_grammar::PositionKind;
 
 pub struct AttnCtx<T> {
-    x: T,
+    /// The input of the query, key and value projections, where their backward needs it
+    /// (not under LoRA-FA: frozen weights need no input for a gradient).
+    x: Option<T>,
     q: T,
     /// This rank's keys and values (the whole sequence without context parallelism).
     k: T,
@@ -24,25 +27,38 @@ pub struct AttnCtx<T> {
     /// Ring attention: log-sum-exp of each query row and head over every visible key.
     lse: Option<T>,
     attn: T,
+    /// The adapters' products with `A`, by projection (`q`, `k`, `v`, `o`).
+    adapters: Vec<(&'static str, AdapterCtx<T>)>,
 }
 
 impl<T> AttnCtx<T> {
-    /// The input the backward multiplies with. Under sequence parallelism the block swaps in
-    /// this rank's sequence shard after the forward and the all-gathered input again before
-    /// the backward, so the full input is not kept in between (as Megatron does).
-    pub fn input(&self) -> &T {
-        &self.x
+    /// The input the backward multiplies with, where kept. Under sequence parallelism the
+    /// block swaps in this rank's sequence shard after the forward and the all-gathered input
+    /// again before the backward, so the full input is not kept in between (as Megatron does).
+    pub fn input(&self) -> Option<&T> {
+        self.x.as_ref()
     }
 
     pub fn set_input(&mut self, x: T) {
-        self.x = x;
+        if self.x.is_some() {
+            self.x = Some(x);
+        }
     }
 
     pub fn tensors(&self) -> Vec<&T> {
-        let mut v = vec![&self.x, &self.q, &self.k, &self.v, &self.attn];
+        let mut v = vec![&self.q, &self.k, &self.v, &self.attn];
+        v.extend(self.x.as_ref());
         v.extend(self.probs.iter().flatten());
         v.extend(self.lse.as_ref());
+        v.extend(self.adapters.iter().map(|(_, a)| a.tensor()));
         v
+    }
+
+    fn adapter(&self, which: &str) -> Option<&AdapterCtx<T>> {
+        self.adapters
+            .iter()
+            .find(|(w, _)| *w == which)
+            .map(|(_, a)| a)
     }
 }
 
@@ -232,30 +248,34 @@ fn ring_backward<B: Backend>(
     ))
 }
 
+/// A projection's output and its adapter's context.
+type Projected<T> = (T, Option<AdapterCtx<T>>);
+
+/// The query, key or value projection (with its adapter, before the rotation).
 fn project<B: Backend>(
     env: &Env<B>,
     values: &Values<B::Tensor>,
     prefix: &str,
     x: &B::Tensor,
     which: &str,
-) -> Result<B::Tensor, RuntimeError> {
-    let y = env.b.matmul(
-        x,
-        param(values, &format!("{prefix}.w{which}"))?,
-        false,
-        false,
-    );
-    let y = match values.get(&format!("{prefix}.b{which}")) {
-        Some(bias) => env.b.add_row(&y, bias),
-        None => y,
+) -> Result<Projected<B::Tensor>, RuntimeError> {
+    let weight = format!("{prefix}.w{which}");
+    let mut y = env.b.matmul(x, param(values, &weight)?, false, false);
+    if let Some(bias) = values.get(&format!("{prefix}.b{which}")) {
+        y = env.b.add_row(&y, bias);
+    }
+    let adapter = lora::forward(env, values, (&weight, Parallel::Column), x, &mut y)?;
+    let y = if env.model.position == PositionKind::Rope && which != "v" {
+        env.rope(&y, false)
+    } else {
+        y
     };
-    Ok(
-        if env.model.position == PositionKind::Rope && which != "v" {
-            env.rope(&y, false)
-        } else {
-            y
-        },
-    )
+    Ok((y, adapter))
+}
+
+/// The input projections' weights under `prefix`.
+fn input_weights(prefix: &str) -> [String; 3] {
+    ["q", "k", "v"].map(|w| format!("{prefix}.w{w}"))
 }
 
 /// Returns this rank's partial output (to be summed over the tensor group).
@@ -267,21 +287,36 @@ pub fn forward<B: Backend>(
     keep_probs: bool,
 ) -> Result<(B::Tensor, AttnCtx<B::Tensor>), RuntimeError> {
     let b = env.b;
-    let q = project(env, values, prefix, x, "q")?;
-    let k = project(env, values, prefix, x, "k")?;
-    let v = project(env, values, prefix, x, "v")?;
+    let mut adapters = Vec::new();
+    let mut projected = Vec::with_capacity(3);
+    for which in ["q", "k", "v"] {
+        let (y, adapter) = project(env, values, prefix, x, which)?;
+        adapters.extend(adapter.map(|a| (which, a)));
+        projected.push(y);
+    }
+    let [q, k, v]: [B::Tensor; 3] = projected.try_into().ok().expect("three projections");
     let (attn, probs, lse) = ring_forward(env, &q, &k, &v, keep_probs)?;
-    let out = b.matmul(&attn, param(values, &format!("{prefix}.wo"))?, false, false);
+    let wo = format!("{prefix}.wo");
+    let mut out = b.matmul(&attn, param(values, &wo)?, false, false);
+    if let Some(adapter) = lora::forward(env, values, (&wo, Parallel::Row), &attn, &mut out)? {
+        adapters.push(("o", adapter));
+    }
+    let inputs = input_weights(prefix);
+    let keep_x = lora::keeps_input(
+        env.adapters.as_ref(),
+        &inputs.each_ref().map(|w| w.as_str()),
+    );
     Ok((
         out,
         AttnCtx {
-            x: x.clone(),
+            x: keep_x.then(|| x.clone()),
             q,
             k,
             v,
             probs: keep_probs.then_some(probs),
             lse,
             attn,
+            adapters,
         },
     ))
 }
@@ -297,8 +332,12 @@ pub fn backward<B: Backend>(
 ) -> Result<B::Tensor, RuntimeError> {
     let b = env.b;
     let wo = format!("{prefix}.wo");
-    grads.add(b, &wo, b.matmul(&ctx.attn, dy, true, false));
-    let dattn = b.matmul(dy, param(values, &wo)?, false, true);
+    grads.add(b, &wo, || b.matmul(&ctx.attn, dy, true, false));
+    let mut dattn = b.matmul(dy, param(values, &wo)?, false, true);
+    if let Some(adapter) = ctx.adapter("o") {
+        let d = lora::backward(env, values, grads, &wo, adapter, Some(&ctx.attn), dy)?;
+        b.add_assign(&mut dattn, &d);
+    }
     let (dq, dk, dv) = ring_backward(env, ctx, &dattn)?;
     let rope = env.model.position == PositionKind::Rope;
     let unrotate = |d: B::Tensor| {
@@ -311,12 +350,21 @@ pub fn backward<B: Backend>(
     let mut dx: Option<B::Tensor> = None;
     for (which, d) in [("q", unrotate(dq)), ("k", unrotate(dk)), ("v", dv)] {
         let w = format!("{prefix}.w{which}");
-        grads.add(b, &w, b.matmul(&ctx.x, &d, true, false));
+        if grads.trains(&w) {
+            let x = ctx.x.as_ref().ok_or_else(|| RuntimeError::InvalidModel {
+                reason: format!("{w} trains but its input was not kept"),
+            })?;
+            grads.add(b, &w, || b.matmul(x, &d, true, false));
+        }
         let bias = format!("{prefix}.b{which}");
         if values.contains_key(&bias) {
-            grads.add(b, &bias, b.sum_rows(&d));
+            grads.add(b, &bias, || b.sum_rows(&d));
         }
-        let part = b.matmul(&d, param(values, &w)?, false, true);
+        let mut part = b.matmul(&d, param(values, &w)?, false, true);
+        if let Some(adapter) = ctx.adapter(which) {
+            let da = lora::backward(env, values, grads, &w, adapter, ctx.x.as_ref(), &d)?;
+            b.add_assign(&mut part, &da);
+        }
         dx = Some(match dx {
             Some(acc) => b.add(&acc, &part),
             None => part,

@@ -23,10 +23,10 @@ enum FfnCtx<T> {
 }
 
 impl<T: Clone> FfnCtx<T> {
-    fn input(&self) -> &T {
+    fn input(&self) -> Option<&T> {
         match self {
             FfnCtx::Dense(c) => c.input(),
-            FfnCtx::Moe(c) => c.input(),
+            FfnCtx::Moe(c) => Some(c.input()),
         }
     }
 
@@ -100,9 +100,9 @@ pub fn norm_backward<B: Backend>(
         dy,
         has_bias,
     );
-    grads.add(b, &wname, dw);
+    grads.add(b, &wname, || dw);
     if let Some(db) = db {
-        grads.add(b, &format!("{prefix}.bias"), db);
+        grads.add(b, &format!("{prefix}.bias"), || db);
     }
     Ok(dx)
 }
@@ -226,14 +226,14 @@ pub fn backward<B: Backend>(
         BlockCtx::Saved(s) => *s,
         BlockCtx::Input(x) => forward_saved(env, values, layer, &x, true)?.1,
     };
-    if env.sp_active() {
-        let ffn_input = env.gather_tp(s.ffn.input())?;
+    if let Some(x) = s.ffn.input().filter(|_| env.sp_active()) {
+        let ffn_input = env.gather_tp(x)?;
         s.ffn.set_input(ffn_input);
     }
     let p = format!("layers.{layer}");
     let bias_grad = |grads: &mut Grads<B::Tensor>, name: &str, d: &B::Tensor| {
         if values.contains_key(name) {
-            grads.add(b, name, b.sum_rows(d));
+            grads.add(b, name, || b.sum_rows(d));
         }
     };
     bias_grad(grads, &format!("{p}.mlp.bo"), dout);
@@ -256,8 +256,8 @@ pub fn backward<B: Backend>(
         )?,
     );
     bias_grad(grads, &format!("{p}.attn.bo"), &dh);
-    if env.sp_active() {
-        let attn_input = env.gather_tp(s.attn.input())?;
+    if let Some(x) = s.attn.input().filter(|_| env.sp_active()) {
+        let attn_input = env.gather_tp(x)?;
         s.attn.set_input(attn_input);
     }
     let dattn_full = env.gather_tp(&dh)?;

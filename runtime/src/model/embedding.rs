@@ -73,6 +73,10 @@ pub fn backward<B: Backend>(
     dx: &B::Tensor,
 ) -> Result<(), RuntimeError> {
     let b = env.b;
+    // A frozen table (adapter fine-tuning) takes no gradient; every tensor rank skips alike.
+    if !grads.trains("embedding.weight") {
+        return Ok(());
+    }
     let mut scatter = |name: &str, rows: &[usize], d: &B::Tensor| -> Result<(), RuntimeError> {
         let (r, c) = b.shape(param(values, name)?);
         let g = grads
@@ -197,7 +201,9 @@ pub fn backward_loss<B: Backend>(
 ) -> Result<B::Tensor, RuntimeError> {
     let b = env.b;
     let wname = head_weight_name(env.model);
-    grads.add(b, wname, b.matmul(&ctx.dlogits, &ctx.normed, true, false));
+    grads.add(b, wname, || {
+        b.matmul(&ctx.dlogits, &ctx.normed, true, false)
+    });
     let dn_partial = b.matmul(&ctx.dlogits, param(values, wname)?, false, false);
     let dn = env.reduce_tp(&dn_partial)?;
     norm_backward(env, values, grads, "final_norm", &ctx.x, &ctx.stats, &dn)

@@ -2,6 +2,7 @@
 //! tensor- and expert-parallel groups, how it starts, and which process group holds its
 //! replicas (whose gradients are summed and over which ZeRO shards).
 
+use super::lora::{adapter_params, Adapters};
 use crate::init::Init;
 use crate::mesh::GroupKind;
 use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind};
@@ -42,7 +43,7 @@ pub struct ParamSpec {
 }
 
 impl ParamSpec {
-    fn new(name: String, rows: u64, cols: u64, split: Split, init: Init) -> Self {
+    pub(crate) fn new(name: String, rows: u64, cols: u64, split: Split, init: Init) -> Self {
         ParamSpec {
             name,
             rows,
@@ -99,6 +100,8 @@ pub struct GroupSpec {
     pub params: Vec<ParamSpec>,
     /// `DataContext` for dense parameters, `ExpertData` for experts.
     pub replication: GroupKind,
+    /// Takes no gradient and has no optimizer state (the model under adapter fine-tuning).
+    pub frozen: bool,
 }
 
 /// The tensor-/expert-parallel coordinates the layout depends on.
@@ -116,6 +119,7 @@ fn group(name: String, mut params: Vec<ParamSpec>, replication: GroupKind) -> Gr
         name,
         params,
         replication,
+        frozen: false,
     }
 }
 
@@ -377,7 +381,49 @@ pub fn rank_groups(
     if coords.pp == vs_last % plan.pp {
         specs.push(head_group(model, coords.pp == 0, shard));
     }
-    specs
+    match &plan.adapters {
+        None => specs,
+        Some(adapters) => with_adapters(specs, adapters, plan.tp),
+    }
+}
+
+/// Name of layer `layer`'s group of trained adapters.
+pub fn adapter_group_name(layer: u64) -> String {
+    format!("layers.{layer}.lora")
+}
+
+/// Adapter fine-tuning: every group of the model frozen, and beside each layer's dense group
+/// a group of the adapters that train (LoRA-FA's frozen `A`s join the frozen group).
+pub fn with_adapters(groups: Vec<GroupSpec>, adapters: &Adapters, tp: u64) -> Vec<GroupSpec> {
+    let mut out = Vec::with_capacity(2 * groups.len());
+    for mut g in groups {
+        g.frozen = true;
+        let (mut trained, mut frozen) = (Vec::new(), Vec::new());
+        for p in g.params.iter().filter(|p| adapters.targets(&p.name)) {
+            let (a, b) = adapter_params(p, adapters.rank, tp);
+            if adapters.frozen_a {
+                frozen.push(a);
+            } else {
+                trained.push(a);
+            }
+            trained.push(b);
+        }
+        let layer = g
+            .name
+            .strip_prefix("layers.")
+            .and_then(|l| l.parse::<u64>().ok());
+        g.params.extend(frozen);
+        g.params.sort_by(|a, b| a.name.cmp(&b.name));
+        out.push(g);
+        if let (Some(layer), false) = (layer, trained.is_empty()) {
+            out.push(group(
+                adapter_group_name(layer),
+                trained,
+                GroupKind::DataContext,
+            ));
+        }
+    }
+    out
 }
 
 /// Every parameter of the model as whole tensors (no tensor or expert split), as one rank of

@@ -1,59 +1,87 @@
 //! The feed-forward block, column-parallel in and row-parallel out (Megatron): each tensor
 //! rank returns a partial output that the caller sums over the tensor group.
 
+use super::lora::{self, AdapterCtx, Parallel};
 use super::{param, Env, Grads, Values};
 use crate::backend::Backend;
 use crate::error::RuntimeError;
 use tessel_grammar::MlpKind;
 
 pub struct MlpCtx<T> {
-    x: T,
+    /// The input, where the backward needs it (not under LoRA-FA: frozen weights need no
+    /// input for a gradient).
+    x: Option<T>,
     /// Pre-activation (gelu) or gate pre-activation (swiglu).
     pre: T,
     /// Up projection (swiglu only).
     up: Option<T>,
-    /// Input of the output projection.
-    act: T,
+    /// Input of the output projection, where its backward needs it (as `x`).
+    act: Option<T>,
+    /// The adapters' products with `A`, by weight name.
+    adapters: Vec<(String, AdapterCtx<T>)>,
 }
 
 impl<T> MlpCtx<T> {
-    /// The input the backward multiplies with. Under sequence parallelism the block swaps in
-    /// this rank's sequence shard after the forward and the all-gathered input again before
-    /// the backward, so the full input is not kept in between (as Megatron does).
-    pub fn input(&self) -> &T {
-        &self.x
+    /// The input the backward multiplies with, where kept. Under sequence parallelism the
+    /// block swaps in this rank's sequence shard after the forward and the all-gathered input
+    /// again before the backward, so the full input is not kept in between (as Megatron does).
+    pub fn input(&self) -> Option<&T> {
+        self.x.as_ref()
     }
 
     pub fn set_input(&mut self, x: T) {
-        self.x = x;
+        if self.x.is_some() {
+            self.x = Some(x);
+        }
     }
 
     pub fn tensors(&self) -> Vec<&T> {
-        let mut v = vec![&self.x];
+        let mut v: Vec<&T> = self.x.iter().collect();
         v.extend(self.tensors_besides_input());
         v
     }
 
     /// What the MLP keeps apart from its input, for callers that keep the input themselves.
     pub fn tensors_besides_input(&self) -> Vec<&T> {
-        let mut v = vec![&self.pre, &self.act];
+        let mut v = vec![&self.pre];
+        v.extend(self.act.as_ref());
         v.extend(self.up.as_ref());
+        v.extend(self.adapters.iter().map(|(_, a)| a.tensor()));
         v
+    }
+
+    fn adapter(&self, weight: &str) -> Option<&AdapterCtx<T>> {
+        self.adapters
+            .iter()
+            .find(|(w, _)| w == weight)
+            .map(|(_, a)| a)
     }
 }
 
+/// A kept input, or an error naming the weight whose gradient needs it.
+fn kept<'a, T>(x: Option<&'a T>, weight: &str) -> Result<&'a T, RuntimeError> {
+    x.ok_or_else(|| RuntimeError::InvalidModel {
+        reason: format!("{weight} trains but its input was not kept"),
+    })
+}
+
+/// `x·W (+ bias)` with `W`'s adapter, whose context joins `adapters`.
 fn linear<B: Backend>(
     env: &Env<B>,
     values: &Values<B::Tensor>,
     x: &B::Tensor,
-    w: &str,
-    bias: &str,
+    (w, bias): (&str, &str),
+    parallel: Parallel,
+    adapters: &mut Vec<(String, AdapterCtx<B::Tensor>)>,
 ) -> Result<B::Tensor, RuntimeError> {
-    let y = env.b.matmul(x, param(values, w)?, false, false);
-    Ok(match values.get(bias) {
-        Some(b) => env.b.add_row(&y, b),
-        None => y,
-    })
+    let mut y = env.b.matmul(x, param(values, w)?, false, false);
+    if let Some(b) = values.get(bias) {
+        y = env.b.add_row(&y, b);
+    }
+    if let Some(adapter) = lora::forward(env, values, (w, parallel), x, &mut y)? {
+        adapters.push((w.to_string(), adapter));
+    }
+    Ok(y)
 }
 
 pub fn forward<B: Backend>(
@@ -63,50 +91,51 @@ pub fn forward<B: Backend>(
     x: &B::Tensor,
 ) -> Result<(B::Tensor, MlpCtx<B::Tensor>), RuntimeError> {
     let b = env.b;
+    let mut adapters = Vec::new();
+    let names = |w: &str| (format!("{prefix}.w{w}"), format!("{prefix}.b{w}"));
+    let column = |w: &str, adapters: &mut Vec<_>| {
+        let (w, bias) = names(w);
+        linear(env, values, x, (&w, &bias), Parallel::Column, adapters)
+    };
     let (pre, up, act, out) = match env.model.mlp {
         MlpKind::Gelu => {
-            let pre = linear(
-                env,
-                values,
-                x,
-                &format!("{prefix}.w1"),
-                &format!("{prefix}.b1"),
-            )?;
+            let pre = column("1", &mut adapters)?;
             let act = b.gelu(&pre);
-            (pre, None, act, "w2")
+            (pre, None, act, "2")
         }
         MlpKind::Swiglu => {
-            let pre = linear(
-                env,
-                values,
-                x,
-                &format!("{prefix}.wg"),
-                &format!("{prefix}.bg"),
-            )?;
-            let up = linear(
-                env,
-                values,
-                x,
-                &format!("{prefix}.wu"),
-                &format!("{prefix}.bu"),
-            )?;
+            let pre = column("g", &mut adapters)?;
+            let up = column("u", &mut adapters)?;
             let act = b.mul(&b.silu(&pre), &up);
-            (pre, Some(up), act, "wd")
+            (pre, Some(up), act, "d")
         }
     };
-    let y = b.matmul(
+    let (w_out, bias_out) = names(out);
+    // The output projection's bias is added after the tensor-parallel reduction.
+    let y = linear(
+        env,
+        values,
         &act,
-        param(values, &format!("{prefix}.{out}"))?,
-        false,
-        false,
+        (&w_out, &bias_out),
+        Parallel::Row,
+        &mut adapters,
+    )?;
+    let weights: Vec<String> = lora::mlp_weights(env.model)
+        .iter()
+        .map(|w| format!("{prefix}.{w}"))
+        .collect();
+    let keep = lora::keeps_input(
+        env.adapters.as_ref(),
+        &weights.iter().map(String::as_str).collect::<Vec<_>>(),
     );
     Ok((
         y,
         MlpCtx {
-            x: x.clone(),
+            x: keep.then(|| x.clone()),
             pre,
             up,
-            act,
+            act: keep.then_some(act),
+            adapters,
         },
     ))
 }
@@ -121,49 +150,44 @@ pub fn backward<B: Backend>(
     dy: &B::Tensor,
 ) -> Result<B::Tensor, RuntimeError> {
     let b = env.b;
+    // Gradients of a projection `x·W (+ bias)` (and of its adapter) from its output's
+    // gradient `d`; returns the input's gradient.
     let back_linear = |grads: &mut Grads<B::Tensor>,
+                       x: Option<&B::Tensor>,
                        d: &B::Tensor,
-                       w: &str,
-                       bias: &str|
+                       which: &str|
      -> Result<B::Tensor, RuntimeError> {
-        grads.add(b, w, b.matmul(&ctx.x, d, true, false));
-        if values.contains_key(bias) {
-            grads.add(b, bias, b.sum_rows(d));
+        let w = format!("{prefix}.w{which}");
+        if grads.trains(&w) {
+            let x = kept(x, &w)?;
+            grads.add(b, &w, || b.matmul(x, d, true, false));
         }
-        Ok(b.matmul(d, param(values, w)?, false, true))
+        let bias = format!("{prefix}.b{which}");
+        if values.contains_key(&bias) {
+            grads.add(b, &bias, || b.sum_rows(d));
+        }
+        let mut dx = b.matmul(d, param(values, &w)?, false, true);
+        if let Some(adapter) = ctx.adapter(&w) {
+            b.add_assign(
+                &mut dx,
+                &lora::backward(env, values, grads, &w, adapter, x, d)?,
+            );
+        }
+        Ok(dx)
     };
     match env.model.mlp {
         MlpKind::Gelu => {
-            let w2 = format!("{prefix}.w2");
-            grads.add(b, &w2, b.matmul(&ctx.act, dy, true, false));
-            let dact = b.matmul(dy, param(values, &w2)?, false, true);
+            let dact = back_linear(grads, ctx.act.as_ref(), dy, "2")?;
             let dpre = b.gelu_backward(&ctx.pre, &dact);
-            back_linear(
-                grads,
-                &dpre,
-                &format!("{prefix}.w1"),
-                &format!("{prefix}.b1"),
-            )
+            back_linear(grads, ctx.x.as_ref(), &dpre, "1")
         }
         MlpKind::Swiglu => {
-            let wd = format!("{prefix}.wd");
-            grads.add(b, &wd, b.matmul(&ctx.act, dy, true, false));
-            let dact = b.matmul(dy, param(values, &wd)?, false, true);
+            let dact = back_linear(grads, ctx.act.as_ref(), dy, "d")?;
             let up = ctx.up.as_ref().expect("swiglu keeps its up projection");
             let dup = b.mul(&dact, &b.silu(&ctx.pre));
             let dgate = b.silu_backward(&ctx.pre, &b.mul(&dact, up));
-            let dx_gate = back_linear(
-                grads,
-                &dgate,
-                &format!("{prefix}.wg"),
-                &format!("{prefix}.bg"),
-            )?;
-            let dx_up = back_linear(
-                grads,
-                &dup,
-                &format!("{prefix}.wu"),
-                &format!("{prefix}.bu"),
-            )?;
+            let dx_gate = back_linear(grads, ctx.x.as_ref(), &dgate, "g")?;
+            let dx_up = back_linear(grads, ctx.x.as_ref(), &dup, "u")?;
             Ok(b.add(&dx_gate, &dx_up))
         }
     }

@@ -6,13 +6,14 @@ pub mod attention;
 pub mod block;
 pub mod embedding;
 pub mod layout;
+pub mod lora;
 pub mod mlp;
 pub mod moe;
 
 use crate::backend::Backend;
 use crate::error::RuntimeError;
 use crate::mesh::GroupKind;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use tessel_grammar::ModelSpec;
 
 pub type Values<T> = BTreeMap<String, T>;
@@ -24,21 +25,40 @@ pub fn param<'a, T>(values: &'a Values<T>, name: &str) -> Result<&'a T, RuntimeE
     })
 }
 
-/// Accumulated parameter gradients by global name.
+/// Accumulated parameter gradients by global name, of the parameters that train.
 pub struct Grads<T> {
     pub map: BTreeMap<String, T>,
+    /// Parameters that take no gradient (frozen under adapter fine-tuning).
+    frozen: BTreeSet<String>,
 }
 
 impl<T> Default for Grads<T> {
     fn default() -> Self {
+        Grads::new(BTreeSet::new())
+    }
+}
+
+impl<T> Grads<T> {
+    pub fn new(frozen: BTreeSet<String>) -> Self {
         Grads {
             map: BTreeMap::new(),
+            frozen,
         }
+    }
+
+    /// Whether parameter `name` takes a gradient.
+    pub fn trains(&self, name: &str) -> bool {
+        !self.frozen.contains(name)
     }
 }
 
 impl<T: Clone> Grads<T> {
-    pub fn add<B: Backend<Tensor = T>>(&mut self, b: &B, name: &str, g: T) {
+    /// Adds the gradient `g` computes to `name`'s; a frozen parameter's is not computed.
+    pub fn add<B: Backend<Tensor = T>>(&mut self, b: &B, name: &str, g: impl FnOnce() -> T) {
+        if !self.trains(name) {
+            return;
+        }
+        let g = g();
         match self.map.get_mut(name) {
             Some(acc) => b.add_assign(acc, &g),
             None => {
@@ -70,6 +90,8 @@ pub struct Env<'a, B: Backend> {
     /// Global ranks of the next and the previous member of the context group (ring order).
     pub cp_next_rank: usize,
     pub cp_prev_rank: usize,
+    /// LoRA adapters beside the frozen projections (adapter fine-tuning).
+    pub adapters: Option<lora::Adapters>,
 }
 
 /// Tag of ring-attention messages; pipeline messages use the bits below 63.

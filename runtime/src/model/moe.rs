@@ -308,7 +308,7 @@ pub fn backward<B: Backend>(
     }
     let dlogits = b.tensor(dlogits, tokens, l.experts);
     let router = format!("{prefix}.router");
-    grads.add(b, &router, b.matmul(&ctx.x, &dlogits, true, false));
+    grads.add(b, &router, || b.matmul(&ctx.x, &dlogits, true, false));
     if env.tp_index == 0 {
         // The router input gradient is whole on every tensor rank; count it once in the sum.
         b.add_assign(

@@ -41,6 +41,7 @@ pub fn env<'a, B: Backend>(
         chunk_len: n,
         cp_next_rank: rank,
         cp_prev_rank: rank,
+        adapters: None,
     }
 }
 

@@ -1,0 +1,251 @@
+//! LoRA and LoRA-FA fine-tuning: every parallel configuration trains the same adapters as one
+//! rank (losses and final parameters within 1e-4), the model's own weights (and LoRA-FA's
+//! `A`s) do not move, and the adapters learn.
+
+use std::collections::BTreeMap;
+use tessel_grammar::{
+    LoraTargets, MlpKind, ModelSpec, NormKind, PositionKind, Recompute, Strategy,
+};
+use tessel_runtime::backend::AdamParams;
+use tessel_runtime::model::lora::Adapters;
+use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions, LaunchReport, RuntimeError};
+
+const GLOBAL_BATCH: u64 = 8;
+const SEQ: u64 = 8;
+const STEPS: u64 = 5;
+const TOL: f64 = 1e-4;
+
+/// Swiglu, RoPE and grouped-query attention: the Llama shape.
+fn swiglu() -> ModelSpec {
+    ModelSpec {
+        name: "tiny-swiglu".into(),
+        layers: 4,
+        hidden: 16,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 4,
+        ffn_hidden: 32,
+        vocab: 32,
+        mlp: MlpKind::Swiglu,
+        norm: NormKind::Rmsnorm,
+        tie_embeddings: false,
+        bias: false,
+        max_seq_len: None,
+        position: PositionKind::Rope,
+        moe: None,
+    }
+}
+
+/// Gelu, LayerNorm, biases, learned positions and tied embeddings: the GPT shape.
+fn gelu() -> ModelSpec {
+    ModelSpec {
+        name: "tiny-gelu".into(),
+        mlp: MlpKind::Gelu,
+        norm: NormKind::Layernorm,
+        tie_embeddings: true,
+        bias: true,
+        max_seq_len: Some(16),
+        position: PositionKind::Learned,
+        ..swiglu()
+    }
+}
+
+fn lora(frozen_a: bool) -> Adapters {
+    Adapters {
+        rank: 4,
+        targets: LoraTargets::ALL,
+        frozen_a,
+    }
+}
+
+fn options() -> LaunchOptions {
+    LaunchOptions {
+        adam: AdamParams {
+            lr: 3e-2,
+            eps: 1e-4,
+            ..AdamParams::default()
+        },
+        collect_parameters: true,
+        seed: 11,
+        ..LaunchOptions::new(STEPS)
+    }
+}
+
+fn strategy(dp: u64, tp: u64, pp: u64, microbatch: u64) -> Strategy {
+    Strategy {
+        name: "test".into(),
+        dp,
+        tp,
+        pp,
+        microbatch,
+        ..Strategy::default()
+    }
+}
+
+fn run(model: &ModelSpec, s: &Strategy, adapters: Adapters) -> LaunchReport {
+    let mut plan = ExecutionPlan::from_strategy(model, s, GLOBAL_BATCH, SEQ).unwrap();
+    plan.seed = 5;
+    plan.adapters = Some(adapters);
+    launch_cpu(model, &plan, &options()).unwrap()
+}
+
+fn rel(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b
+        .iter()
+        .fold(0.0f64, |m, &x| m.max(f64::from(x).abs()))
+        .max(1e-6);
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f64, |m, (&x, &y)| m.max(f64::from(x - y).abs()));
+    diff / scale
+}
+
+fn assert_same_training(model: &ModelSpec, s: Strategy, adapters: Adapters) {
+    let expect = run(model, &strategy(1, 1, 1, GLOBAL_BATCH), adapters);
+    let got = run(model, &s, adapters);
+    for (step, (a, b)) in got.losses.iter().zip(&expect.losses).enumerate() {
+        assert!(
+            ((a - b) / b).abs() <= TOL,
+            "step {step}: loss {a} vs one rank's {b}"
+        );
+    }
+    let (gp, ep) = (
+        got.parameters.as_ref().unwrap(),
+        expect.parameters.as_ref().unwrap(),
+    );
+    assert_eq!(gp.keys().collect::<Vec<_>>(), ep.keys().collect::<Vec<_>>());
+    for (name, want) in ep {
+        let e = rel(&gp[name], want);
+        assert!(e <= TOL, "{name}: relative error {e}");
+    }
+}
+
+/// Parameters after zero steps: the model as it starts.
+fn initial(model: &ModelSpec, adapters: Adapters) -> BTreeMap<String, Vec<f32>> {
+    let mut plan = ExecutionPlan::single_rank(model, GLOBAL_BATCH, SEQ).unwrap();
+    plan.seed = 5;
+    plan.adapters = Some(adapters);
+    let options = LaunchOptions {
+        adam: AdamParams {
+            lr: 0.0,
+            ..options().adam
+        },
+        ..options()
+    };
+    launch_cpu(
+        model,
+        &plan,
+        &LaunchOptions {
+            steps: 1,
+            ..options
+        },
+    )
+    .unwrap()
+    .parameters
+    .unwrap()
+}
+
+#[test]
+fn only_the_adapters_train_and_they_learn() {
+    for frozen_a in [false, true] {
+        let model = swiglu();
+        let start = initial(&model, lora(frozen_a));
+        let report = run(&model, &strategy(1, 1, 1, GLOBAL_BATCH), lora(frozen_a));
+        let end = report.parameters.as_ref().unwrap();
+        let adapters = start.keys().filter(|n| n.contains(".lora_")).count();
+        // 4 layers × (q, k, v, o, gate, up, down) × (A, B).
+        assert_eq!(adapters, 4 * 7 * 2);
+        for (name, before) in &start {
+            let moved = rel(&end[name], before) > 1e-6;
+            let trains = name.ends_with(".lora_b") || (name.ends_with(".lora_a") && !frozen_a);
+            assert_eq!(moved, trains, "{name} (LoRA-FA: {frozen_a})");
+            if name.ends_with(".lora_b") {
+                assert!(before.iter().all(|&x| x == 0.0), "{name} starts at zero");
+            }
+        }
+        let losses = &report.losses;
+        assert!(
+            losses[STEPS as usize - 1] < losses[0] - 0.01,
+            "LoRA-FA {frozen_a}: the adapters must learn: {losses:?}"
+        );
+    }
+}
+
+#[test]
+fn lora_tp2() {
+    assert_same_training(&swiglu(), strategy(1, 2, 1, 4), lora(false));
+}
+
+#[test]
+fn lora_fa_tp2_gelu_with_biases() {
+    assert_same_training(&gelu(), strategy(1, 2, 1, 4), lora(true));
+}
+
+/// Four tensor ranks over two key/value heads: the key and value `B`s are replicated in pairs.
+#[test]
+fn lora_tp4_replicated_kv_heads() {
+    assert_same_training(&swiglu(), strategy(1, 4, 1, 8), lora(false));
+}
+
+#[test]
+fn lora_pp2_tied_embeddings() {
+    assert_same_training(&gelu(), strategy(1, 1, 2, 2), lora(false));
+}
+
+#[test]
+fn lora_fa_dp2_zero1() {
+    let s = Strategy {
+        zero: 1,
+        ..strategy(2, 1, 1, 2)
+    };
+    assert_same_training(&swiglu(), s, lora(true));
+}
+
+#[test]
+fn lora_tp2_sp_pp2_dp2_zero2() {
+    let s = Strategy {
+        zero: 2,
+        sequence_parallel: true,
+        ..strategy(2, 2, 2, 2)
+    };
+    assert_same_training(&swiglu(), s, lora(false));
+}
+
+#[test]
+fn lora_fa_tp2_pp2_full_recompute_and_cp2() {
+    let s = Strategy {
+        cp: 2,
+        recompute: Recompute::Full,
+        ..strategy(1, 2, 2, 2)
+    };
+    assert_same_training(&gelu(), s, lora(true));
+}
+
+#[test]
+fn targets_subset_trains_only_those_adapters() {
+    let attention_only = Adapters {
+        targets: LoraTargets {
+            qkv: true,
+            o: false,
+            mlp: false,
+        },
+        ..lora(false)
+    };
+    let s = strategy(1, 2, 2, 2);
+    assert_same_training(&swiglu(), s, attention_only);
+    let names = initial(&swiglu(), attention_only);
+    let adapters: Vec<&String> = names.keys().filter(|n| n.contains(".lora_")).collect();
+    assert_eq!(adapters.len(), 4 * 3 * 2);
+    assert!(adapters.iter().all(|n| n.contains(".attn.w")));
+}
+
+#[test]
+fn unsupported_combinations_are_refused() {
+    let mut plan = ExecutionPlan::single_rank(&swiglu(), GLOBAL_BATCH, SEQ).unwrap();
+    plan.adapters = Some(lora(false));
+    plan.zero = 3;
+    let err = launch_cpu(&swiglu(), &plan, &options()).unwrap_err();
+    assert!(matches!(err, RuntimeError::Unsupported { .. }), "{err}");
+    assert!(err.to_string().contains("ZeRO-3"), "{err}");
+}
