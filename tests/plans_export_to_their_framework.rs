@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use tessel_grammar::{load_job, Framework, Job, SearchSpace};
+use tessel_grammar::{load_job, Framework, Job, Precision, SearchSpace};
 use tessel_interop::export::{export, ExportTarget};
 use tessel_planner::{plan, Objective, PlanError, PlanOptions};
 use tessel_symbolic::cost::CostModel;
@@ -72,11 +72,18 @@ fn every_example_spec_exports_its_plan_to_each_framework() {
                 Ok(outcome) => {
                     let strategy = outcome.plan.strategy();
                     let out = export(&outcome.plan.spec, &strategy, target);
-                    // No framework here runs adapters: a LoRA plan says so, and only that.
+                    // No framework here runs adapters or Tempo's kernels, and torchtitan
+                    // trains in bf16, not fp16: a plan with them says so, and only that.
                     let adapters = spec.train.finetune.is_some_and(|f| f.is_adapter());
-                    let expected = usize::from(adapters);
+                    let tempo = outcome.plan.spec.train.memory_saving_kernels.is_on();
+                    let fp16 =
+                        framework == Framework::Fsdp && spec.train.precision == Precision::Fp16;
+                    let said = |what: &str| out.unsupported.iter().any(|u| u.starts_with(what));
+                    let expected = [adapters, tempo, fp16].into_iter().filter(|x| *x).count();
                     if out.unsupported.len() != expected
-                        || (adapters && !out.unsupported[0].starts_with("finetune = "))
+                        || (adapters && !said("finetune = "))
+                        || (tempo && !said("memory_saving_kernels = "))
+                        || (fp16 && !said("precision fp16"))
                     {
                         failures.push(format!("{name} to {target}: {:?}", out.unsupported));
                     }

@@ -379,6 +379,9 @@ pub struct TrainSpec {
     /// norms' outputs, the MLP's activated product) instead of keeping them.
     #[serde(default, skip_serializing_if = "is_false")]
     pub compile: bool,
+    /// Tempo's activation-saving kernels (`train.memory_saving_kernels`).
+    #[serde(default, skip_serializing_if = "MemorySavingKernels::is_off")]
+    pub memory_saving_kernels: MemorySavingKernels,
     /// Which communication runs behind compute, as written; each field left out takes the
     /// framework's default (see [`TrainSpec::overlap`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -390,6 +393,92 @@ pub struct TrainSpec {
     /// Fine-tuning with adapters (`train.finetune`); `None`: every weight trains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finetune: Option<FinetuneSpec>,
+    /// Compressed data-parallel gradients (`train.grad_compression`); `None`: sent whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_compression: Option<GradCompression>,
+}
+
+/// `train.memory_saving_kernels`: Tempo's activation-saving kernels (Andoorveedu et al.,
+/// NeurIPS 2022, arXiv 2210.10246): in-place GELU (its output and a one-bit branch mask instead
+/// of its input), in-place LayerNorm/RMSNorm (the backward from the output, so the input is not
+/// kept) and the attention's dropout output rebuilt in backward from the softmax output and the
+/// mask. They save memory and cost a little time, so `auto` lets the planner choose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySavingKernels {
+    #[default]
+    Off,
+    On,
+    /// The planner plans with and without them and keeps the faster plan.
+    Auto,
+}
+
+impl MemorySavingKernels {
+    pub fn is_off(&self) -> bool {
+        *self == MemorySavingKernels::Off
+    }
+
+    pub fn is_on(self) -> bool {
+        self == MemorySavingKernels::On
+    }
+}
+
+/// `train.grad_compression`: how data-parallel gradients are compressed before they are
+/// summed, each with error feedback (what compression drops is added to the next step's
+/// gradient). PowerSGD (Vogels et al., NeurIPS 2019, arXiv 1905.13727) sends a rank-`rank`
+/// factorisation `P·Qᵀ` of each weight matrix's gradient from one power-iteration step; top-k
+/// sends the `ratio` largest entries with their indices (all-gathered, as sparse sums do not
+/// all-reduce); fp8 sends each gradient in 1 byte with a scale. The cost model compresses each
+/// class of buckets (the layers', the embedding's and output layer's) only where that is
+/// faster, and only under ZeRO 0 (the reduction is an all-reduce); `auto` lets the planner pick
+/// the method.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GradCompression {
+    pub method: CompressionMethod,
+    /// PowerSGD's rank.
+    pub rank: u64,
+    /// Top-k's share of the entries sent.
+    pub ratio: f64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompressionMethod {
+    Powersgd,
+    Topk,
+    Fp8,
+    /// The planner plans each method (and none) and keeps the fastest plan.
+    Auto,
+}
+
+impl CompressionMethod {
+    pub const ALL: [CompressionMethod; 4] = [
+        CompressionMethod::Powersgd,
+        CompressionMethod::Topk,
+        CompressionMethod::Fp8,
+        CompressionMethod::Auto,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CompressionMethod::Powersgd => "powersgd",
+            CompressionMethod::Topk => "topk",
+            CompressionMethod::Fp8 => "fp8",
+            CompressionMethod::Auto => "auto",
+        }
+    }
+}
+
+impl GradCompression {
+    /// `powersgd rank 4`, `topk 1 %`, `fp8`.
+    pub fn label(&self) -> String {
+        match self.method {
+            CompressionMethod::Powersgd => format!("powersgd rank {}", self.rank),
+            CompressionMethod::Topk => format!("topk {} %", self.ratio * 100.0),
+            CompressionMethod::Fp8 | CompressionMethod::Auto => self.method.name().to_string(),
+        }
+    }
 }
 
 /// `train.finetune`: which weights train. LoRA (Hu et al. 2021, arXiv 2106.09685) freezes the
@@ -584,6 +673,17 @@ impl Framework {
 }
 
 impl TrainSpec {
+    /// Whether the spec leaves the planner a choice beyond the strategy: `finetune = { method
+    /// = auto }`, `memory_saving_kernels = auto` or `grad_compression = { method = auto }`.
+    pub fn has_planner_choices(&self) -> bool {
+        self.finetune
+            .is_some_and(|f| f.method == FinetuneMethod::Auto)
+            || self.memory_saving_kernels == MemorySavingKernels::Auto
+            || self
+                .grad_compression
+                .is_some_and(|c| c.method == CompressionMethod::Auto)
+    }
+
     /// The overlap in effect under ZeRO-3 (`zero3`) or below: what the spec writes, the
     /// framework's default for the rest.
     pub fn overlap(&self, zero3: bool) -> Overlap {

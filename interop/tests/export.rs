@@ -99,9 +99,11 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         fp8_scaling: None,
         fused_cross_entropy: None,
         compile: false,
+        memory_saving_kernels: tessel_grammar::MemorySavingKernels::Off,
         overlap: None,
         failures: None,
         finetune: None,
+        grad_compression: None,
     }
 }
 

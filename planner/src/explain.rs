@@ -17,6 +17,9 @@ pub fn render_explain(plan: &Plan) -> String {
     if let Some(choice) = &plan.finetune_choice {
         out.push_str(&crate::explain_finetune_choice(choice));
     }
+    if let Some(choice) = &plan.kernels_choice {
+        out.push_str(&crate::explain_kernels_choice(choice));
+    }
     let fullest = p
         .stages
         .iter()

@@ -14,6 +14,7 @@ mod error;
 mod explain;
 mod finetune;
 mod frontier;
+mod kernels;
 mod layers;
 mod local_search;
 mod losses;
@@ -41,6 +42,9 @@ pub use diff::{
 pub use error::PlanError;
 pub use explain::{render_explain, render_validated_alternative};
 pub use finetune::{explain_finetune_choice, plan_finetune, plan_fixed_finetune, FinetuneChoice};
+pub use kernels::{
+    explain_kernels_choice, plan_fixed_resolving_choices, plan_resolving_choices, KernelsChoice,
+};
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
 pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};

@@ -191,6 +191,9 @@ pub struct Plan {
     /// With `finetune = { method = auto }`, how the method was chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finetune_choice: Option<crate::FinetuneChoice>,
+    /// With `memory_saving_kernels = auto`, whether the kernels were chosen and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels_choice: Option<crate::KernelsChoice>,
 }
 
 /// SHA-256 (hex) of the spec's JSON with object keys sorted.

@@ -353,5 +353,6 @@ fn assemble(
         checkpoints,
         placement: None,
         finetune_choice: None,
+        kernels_choice: None,
     }
 }

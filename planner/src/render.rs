@@ -84,6 +84,15 @@ fn finetune_label(plan: &Plan) -> Option<String> {
     ))
 }
 
+/// Tempo's kernels, when the plan runs them.
+fn kernels_label(plan: &Plan) -> Option<&'static str> {
+    plan.spec
+        .train
+        .memory_saving_kernels
+        .is_on()
+        .then_some("Tempo's in-place GELU and norms, dropout output rebuilt in backward")
+}
+
 fn batching_label(plan: &Plan) -> String {
     let c = &plan.config;
     format!(
@@ -139,6 +148,9 @@ pub fn render_table(plan: &Plan) -> String {
     let _ = writeln!(out, "  batching     {}", batching_label(plan));
     if let Some(label) = finetune_label(plan) {
         let _ = writeln!(out, "  finetune     {label}");
+    }
+    if let Some(label) = kernels_label(plan) {
+        let _ = writeln!(out, "  kernels      {label}");
     }
     let _ = writeln!(out, "  stages       {}", choices_label(plan));
     if let Some(placement) = &plan.placement {
@@ -277,6 +289,9 @@ pub fn render_markdown(plan: &Plan) -> String {
     let _ = writeln!(out, "| batching | {} |", batching_label(plan));
     if let Some(label) = finetune_label(plan) {
         let _ = writeln!(out, "| finetune | {label} |");
+    }
+    if let Some(label) = kernels_label(plan) {
+        let _ = writeln!(out, "| kernels | {label} |");
     }
     let _ = writeln!(out, "| stages | {} |", choices_label(plan));
     if let Some(placement) = &plan.placement {

@@ -417,6 +417,7 @@ impl<'a, B: Backend> Rank<'a, B> {
             cp_next_rank: self.cp_neighbour(1),
             cp_prev_rank: self.cp_neighbour(plan.cp - 1),
             adapters: plan.adapters,
+            memory_saving_kernels: plan.memory_saving_kernels,
         }
     }
 

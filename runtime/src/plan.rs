@@ -33,6 +33,8 @@ pub struct ExecutionPlan {
     pub seed: u64,
     /// Adapter fine-tuning: the model frozen, LoRA adapters training beside it.
     pub adapters: Option<Adapters>,
+    /// Tempo's in-place GELU and norms (`train.memory_saving_kernels`).
+    pub memory_saving_kernels: bool,
 }
 
 impl ExecutionPlan {
@@ -111,6 +113,7 @@ impl ExecutionPlan {
             offload: (0..strategy.pp).map(|s| strategy.offload_of(s)).collect(),
             seed: 0,
             adapters: None,
+            memory_saving_kernels: false,
         };
         plan.validate(model)?;
         Ok(plan)

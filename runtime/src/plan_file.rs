@@ -199,6 +199,7 @@ impl ExecutionPlan {
             offload: plan.stages.iter().map(|s| s.offload).collect(),
             seed: 0,
             adapters: Adapters::of(plan.spec.train.finetune)?,
+            memory_saving_kernels: plan.spec.train.memory_saving_kernels.is_on(),
         };
         execution.validate(&plan.spec.model)?;
         Ok(execution)
@@ -206,7 +207,7 @@ impl ExecutionPlan {
 }
 
 /// A plan shrunk to run on the CPU backend: the scaled spec (its model, sequence length and
-/// the CPU run's facts — fp32, attention probabilities materialised), what the runtime
+/// the CPU run's facts — fp32, attention probabilities materialised, no dropout), what the runtime
 /// executes, and the per-stage strategies the cost model predicts it with.
 #[derive(Clone, Debug)]
 pub struct ScaledPlan {
@@ -325,6 +326,8 @@ pub fn scale_plan(plan: &Plan, factor: f64) -> Result<ScaledPlan, RuntimeError> 
     spec.train.seq_len = seq_len;
     spec.train.precision = Precision::Fp32;
     spec.train.flash_attention = false;
+    // The CPU runtime trains without dropout, so the prediction keeps no dropout state either.
+    spec.train.dropout = 0.0;
     let base = Strategy {
         name: "scaled-plan".into(),
         stages: None,
@@ -357,6 +360,7 @@ pub fn scale_plan(plan: &Plan, factor: f64) -> Result<ScaledPlan, RuntimeError> 
         .collect();
     execution.offload = full.offload.clone();
     execution.adapters = full.adapters;
+    execution.memory_saving_kernels = full.memory_saving_kernels;
     execution.validate(&model)?;
     let chunk_sizes: Vec<u64> = execution.chunk_layers.iter().map(|(a, b)| b - a).collect();
     let stage_strategies = (0..c.pp as usize)

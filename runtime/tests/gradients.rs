@@ -292,12 +292,18 @@ fn tiny(mlp: MlpKind, norm: NormKind, position: PositionKind, moe: Option<MoeSpe
 }
 
 fn check_block(model: &ModelSpec, layer: u64) {
-    check_block_with(model, layer, None);
+    check_block_with(model, layer, None, false);
 }
 
 /// The block's input and parameter gradients against central differences; with adapters,
-/// those of the adapters that train, and none of the frozen weights.
-fn check_block_with(model: &ModelSpec, layer: u64, adapters: Option<Adapters>) {
+/// those of the adapters that train, and none of the frozen weights; with the memory-saving
+/// kernels, GELU's and the norms' backward from their outputs.
+fn check_block_with(
+    model: &ModelSpec,
+    layer: u64,
+    adapters: Option<Adapters>,
+    memory_saving_kernels: bool,
+) {
     let b = backend();
     let shard = ShardCoords {
         tp: 1,
@@ -348,6 +354,7 @@ fn check_block_with(model: &ModelSpec, layer: u64, adapters: Option<Adapters>) {
         cp_next_rank: 0,
         cp_prev_rank: 0,
         adapters,
+        memory_saving_kernels,
     };
     let x = random("x", 6, 8, 1.0);
     let r = random("r", 6, 8, 1.0);
@@ -388,7 +395,7 @@ fn lora_block_gelu_biases() {
         PositionKind::Learned,
         None,
     );
-    check_block_with(&model, 0, Some(adapters));
+    check_block_with(&model, 0, Some(adapters), false);
 }
 
 #[test]
@@ -399,7 +406,42 @@ fn lora_fa_block_swiglu_rope() {
         frozen_a: true,
     };
     let model = tiny(MlpKind::Swiglu, NormKind::Rmsnorm, PositionKind::Rope, None);
-    check_block_with(&model, 1, Some(adapters));
+    check_block_with(&model, 1, Some(adapters), false);
+}
+
+#[test]
+fn memory_saving_kernels_gelu_layernorm_block() {
+    let model = tiny(
+        MlpKind::Gelu,
+        NormKind::Layernorm,
+        PositionKind::Learned,
+        None,
+    );
+    check_block_with(&model, 0, None, true);
+}
+
+#[test]
+fn memory_saving_kernels_swiglu_rmsnorm_block() {
+    let model = tiny(MlpKind::Swiglu, NormKind::Rmsnorm, PositionKind::Rope, None);
+    check_block_with(&model, 1, None, true);
+}
+
+/// Under LoRA-FA the GEMMs keep no inputs, so the in-place norms keep their outputs themselves
+/// and GELU keeps its input.
+#[test]
+fn memory_saving_kernels_with_lora_fa() {
+    let adapters = Adapters {
+        rank: 2,
+        targets: LoraTargets::ALL,
+        frozen_a: true,
+    };
+    let model = tiny(
+        MlpKind::Gelu,
+        NormKind::Layernorm,
+        PositionKind::Learned,
+        None,
+    );
+    check_block_with(&model, 0, Some(adapters), true);
 }
 
 #[test]

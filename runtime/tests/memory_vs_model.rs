@@ -139,3 +139,68 @@ fn adapter_fine_tuning_memory_equals_the_prediction() {
     };
     assert!(fa < lora && fa_predicted < lora_predicted);
 }
+
+/// Tempo's memory-saving kernels: the activations a plan keeps fall by exactly the bytes the
+/// cost model says they fall by (the norms' inputs; for gelu, GELU's input for a one-bit
+/// mask), and the run trains the same losses as without them (within 1e-5).
+#[test]
+fn memory_saving_kernels_keep_what_the_prediction_says() {
+    use tessel_grammar::{MemorySavingKernels, MlpKind, NormKind};
+    for mlp in [MlpKind::Swiglu, MlpKind::Gelu] {
+        let mut results = Vec::new();
+        for saving in [false, true] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/launch/dense8.tsl");
+            let mut spec = tessel_grammar::load_file(&path).expect("spec loads");
+            spec.model.mlp = mlp;
+            if mlp == MlpKind::Gelu {
+                spec.model.norm = NormKind::Layernorm;
+            }
+            spec.train.memory_saving_kernels = if saving {
+                MemorySavingKernels::On
+            } else {
+                MemorySavingKernels::Off
+            };
+            let cost = CostModel::new(&spec).expect("cost model");
+            let strategy = Strategy {
+                name: "test".into(),
+                dp: 2,
+                tp: 2,
+                pp: 2,
+                zero: 1,
+                sequence_parallel: true,
+                ..Strategy::default()
+            };
+            let plan = plan_fixed(&spec, &cost, &strategy).expect("plan");
+            let scaled = scale_plan(&plan, 0.5).unwrap();
+            assert_eq!(scaled.execution.memory_saving_kernels, saving);
+            let predicted = scaled.predicted_memory().unwrap();
+            let report =
+                launch_cpu(scaled.model(), &scaled.execution, &LaunchOptions::new(2)).unwrap();
+            let measured: Vec<u64> = report
+                .peak_memory
+                .iter()
+                .map(|r| r.device.activations)
+                .collect();
+            let expected: Vec<f64> = report
+                .peak_memory
+                .iter()
+                .map(|r| predicted[r.rank / 4].activations)
+                .collect();
+            results.push((report.losses, measured, expected));
+        }
+        let (base, tempo) = (&results[0], &results[1]);
+        for (a, b) in tempo.0.iter().zip(&base.0) {
+            assert!(((a - b) / b).abs() < 1e-5, "{mlp:?}: loss {a} vs {b}");
+        }
+        for rank in 0..base.1.len() {
+            let saved = base.1[rank] as f64 - tempo.1[rank] as f64;
+            let predicted = base.2[rank] - tempo.2[rank];
+            println!(
+                "{mlp:?} rank {rank}: saved {saved} of {} bytes, predicted {predicted:.0} of {:.0}",
+                base.1[rank], base.2[rank]
+            );
+            assert!(saved > 0.0, "{mlp:?} rank {rank}");
+            assert_eq!(saved, predicted.round(), "{mlp:?} rank {rank}");
+        }
+    }
+}

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tessel_grammar::{
-    load_definitions, Choice, ClusterSpec, Definitions, Link, ModelSpec, Offload, Precision,
-    Recompute, SearchSpace, ServingSpec, Spec, Strategy,
+    load_definitions, Choice, ClusterSpec, Definitions, Link, MemorySavingKernels, ModelSpec,
+    Offload, Precision, Recompute, SearchSpace, ServingSpec, Spec, Strategy,
 };
 
 use super::{bytes, count, duration, grouped, si, EXIT_BAD_INPUT};
@@ -177,6 +177,14 @@ fn job(out: &mut String, spec: &Spec) {
             on(overlap.param_gather),
             on(overlap.tp_comm)
         );
+    }
+    let kernels = match train.memory_saving_kernels {
+        MemorySavingKernels::Off => None,
+        MemorySavingKernels::On => Some("Tempo's in-place GELU and norms, dropout output rebuilt"),
+        MemorySavingKernels::Auto => Some("Tempo's, where the planner finds them faster"),
+    };
+    if let Some(kernels) = kernels {
+        let _ = writeln!(out, "  {:<16}{kernels}", "memory kernels");
     }
     if train.compile {
         let _ = writeln!(out, "  {:<16}torch.compile of each block", "compile");

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use tessel_grammar::{Job, Spec};
 use tessel_planner::{
-    estimate_placed, plan, plan_finetune, plan_fixed_finetune, plan_on_pools, render_explain,
-    render_markdown, render_table, render_validated_alternative, Objective, Plan, PlanError,
-    PlanOptions, SearchProgress, StageCostModel,
+    estimate_placed, plan, plan_fixed_resolving_choices, plan_on_pools, plan_resolving_choices,
+    render_explain, render_markdown, render_table, render_validated_alternative, Objective, Plan,
+    PlanError, PlanOptions, SearchProgress, StageCostModel,
 };
 use tessel_symbolic::cost::CostModel;
 
@@ -109,7 +109,7 @@ pub fn run(args: &Args) -> ExitCode {
             return ExitCode::from(EXIT_BAD_INPUT);
         }
         match args.fixed.resolve(&spec, &args.spec) {
-            Ok(strategy) => plan_fixed_finetune(&spec, &strategy, &cost_model_for),
+            Ok(strategy) => plan_fixed_resolving_choices(&spec, &strategy, &cost_model_for),
             Err(code) => return code,
         }
     } else {
@@ -190,14 +190,10 @@ pub fn search(
         objective,
         validated_only,
     };
-    let auto_finetune = spec
-        .train
-        .finetune
-        .is_some_and(|f| f.method == tessel_grammar::FinetuneMethod::Auto);
     let outcome = if !spec.cluster.pools.is_empty() {
         plan_on_pools(spec, &options)
-    } else if auto_finetune {
-        plan_finetune(spec, &options)
+    } else if spec.train.has_planner_choices() {
+        plan_resolving_choices(spec, &options)
     } else {
         plan(spec, model, &options)
     };
@@ -256,10 +252,9 @@ fn check(
         return ExitCode::from(EXIT_REGRESSION);
     }
     let objective = fresh.objective;
-    // `method = auto` resolved to the committed plan's method: cost it as that.
-    let resolved = committed
-        .finetune_choice
-        .map(|_| CostModel::new(&committed.spec));
+    // `auto` resolved to the committed plan's choices: cost it under them.
+    let resolved = (committed.finetune_choice.is_some() || committed.kernels_choice.is_some())
+        .then(|| CostModel::new(&committed.spec));
     let estimate = if spec.cluster.pools.is_empty() {
         match &resolved {
             Some(model) => model

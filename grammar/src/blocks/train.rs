@@ -5,9 +5,11 @@ use crate::diagnostic::Problem;
 use crate::eval::{Spanned, Value};
 use crate::fields::Fields;
 use crate::spec::{
-    CheckpointTarget, FailureSpec, FinetuneMethod, FinetuneSpec, Fp8Scaling, Framework,
-    LoraTargets, Mtbf, Optimizer, OverlapSpec, Precision, TrainSpec,
+    CheckpointTarget, CompressionMethod, FailureSpec, FinetuneMethod, FinetuneSpec, Fp8Scaling,
+    Framework, GradCompression, LoraTargets, MemorySavingKernels, Mtbf, Optimizer, OverlapSpec,
+    Precision, TrainSpec,
 };
+use crate::suggest;
 use crate::units::Dim;
 
 pub const FIELDS: &[&str] = &[
@@ -23,11 +25,20 @@ pub const FIELDS: &[&str] = &[
     "fp8_scaling",
     "fused_cross_entropy",
     "compile",
+    "memory_saving_kernels",
     "overlap",
     "failures",
     "checkpoint",
     "finetune",
+    "grad_compression",
 ];
+
+const GRAD_COMPRESSION_FIELDS: &[&str] = &["method", "rank", "ratio"];
+
+/// PowerSGD's rank and top-k's ratio when the spec does not say: PowerSGD's paper trains at
+/// rank 2–4 (Vogels et al. 2019, table 3); top-k at 1 % is a common setting (Lin et al. 2018).
+pub const DEFAULT_POWERSGD_RANK: u64 = 4;
+pub const DEFAULT_TOPK_RATIO: f64 = 0.01;
 
 const FINETUNE_FIELDS: &[&str] = &["method", "rank", "targets"];
 
@@ -97,6 +108,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let fp8_scaling = f.choice("fp8_scaling", FP8_SCALINGS);
     let fused_cross_entropy = f.boolean("fused_cross_entropy");
     let compile = f.boolean("compile").unwrap_or(false);
+    let memory_saving_kernels = memory_saving_kernels(f);
     let overlap = match f.get("overlap").cloned() {
         None => None,
         Some(value) => Fields::record(
@@ -116,6 +128,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     };
     let failures = failures(f);
     let finetune = finetune(f);
+    let grad_compression = grad_compression(f);
     if fp8_scaling.is_some() && precision != Precision::Fp8 {
         let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -158,9 +171,11 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 fp8_scaling,
                 fused_cross_entropy,
                 compile,
+                memory_saving_kernels,
                 overlap,
                 failures,
                 finetune,
+                grad_compression,
             })
     };
     TrainDef {
@@ -168,6 +183,98 @@ pub fn lower(f: &mut Fields) -> TrainDef {
         cluster,
         spec,
     }
+}
+
+/// `memory_saving_kernels = true | false | auto`.
+fn memory_saving_kernels(f: &mut Fields) -> MemorySavingKernels {
+    let Some(value) = f.get("memory_saving_kernels").cloned() else {
+        return MemorySavingKernels::Off;
+    };
+    match &value.value {
+        Value::Bool(true) => MemorySavingKernels::On,
+        Value::Bool(false) | Value::Invalid => MemorySavingKernels::Off,
+        Value::Ident(name) if name == "auto" => MemorySavingKernels::Auto,
+        other => {
+            let help = match other {
+                Value::Ident(name) => suggest::did_you_mean(name, ["true", "false", "auto"]),
+                _ => None,
+            };
+            f.problems.push(
+                Problem::new(
+                    value.span,
+                    format!(
+                        "`memory_saving_kernels` expects `true`, `false` or `auto`, found {}",
+                        other.describe()
+                    ),
+                )
+                .with_optional_help(help),
+            );
+            MemorySavingKernels::Off
+        }
+    }
+}
+
+/// `grad_compression = { method = powersgd, rank = 4 }` (or `topk` with `ratio`, `fp8`, `auto`).
+fn grad_compression(f: &mut Fields) -> Option<GradCompression> {
+    let value = f.get("grad_compression").cloned()?;
+    let before = f.problems.len();
+    let mut r = Fields::record(
+        "grad_compression",
+        &value,
+        "{ method = powersgd, rank = 4 }",
+        f.problems,
+    )?;
+    r.reject_unknown(GRAD_COMPRESSION_FIELDS);
+    let methods = CompressionMethod::ALL.map(|m| (m.name(), m));
+    let method = if r.has("method") {
+        r.choice("method", &methods)
+    } else {
+        r.missing("method", "powersgd");
+        None
+    };
+    let rank = r.count("rank", 1).unwrap_or(DEFAULT_POWERSGD_RANK);
+    let ratio = r.fraction("ratio").unwrap_or(DEFAULT_TOPK_RATIO);
+    // `rank` is PowerSGD's, `ratio` top-k's; `auto` may use either.
+    for (field, owner) in [
+        ("rank", CompressionMethod::Powersgd),
+        ("ratio", CompressionMethod::Topk),
+    ] {
+        let Some(method) =
+            method.filter(|m| r.has(field) && ![owner, CompressionMethod::Auto].contains(m))
+        else {
+            continue;
+        };
+        let at = r.get(field).map_or(value.span, |v| v.span);
+        r.problems.push(
+            Problem::new(
+                at,
+                format!(
+                    "`{field}` belongs to `{}`, not `{}`",
+                    owner.name(),
+                    method.name()
+                ),
+            )
+            .with_help(format!(
+                "remove `{field}`, or choose `method = {}`",
+                owner.name()
+            )),
+        );
+    }
+    if r.has("ratio") && !(ratio > 0.0 && ratio < 1.0) {
+        let at = r.get("ratio").map_or(value.span, |v| v.span);
+        r.problems.push(
+            Problem::new(at, "top-k's `ratio` is a share above 0 and below 1")
+                .with_help("ratio = 1%"),
+        );
+    }
+    if f.problems.len() > before {
+        return None;
+    }
+    Some(GradCompression {
+        method: method?,
+        rank,
+        ratio,
+    })
 }
 
 /// `finetune = { method = lora, rank = 16, targets = [qkv, o, mlp] }`.

@@ -219,6 +219,13 @@ impl Report {
                 strategy.ep
             ));
         }
+        if spec.train.memory_saving_kernels.is_on() {
+            self.unsupported(
+                "memory_saving_kernels = true: Tempo's in-place GELU and norms and its dropout \
+                 recompute are not in the target's kernels; written without them, which keeps \
+                 the norms' and GELU's inputs (more activation memory than planned)",
+            );
+        }
         if let Some(finetune) = spec.train.finetune.filter(|f| f.is_adapter()) {
             self.unsupported(format!(
                 "finetune = {} (rank {}): the target's training script trains every weight and \

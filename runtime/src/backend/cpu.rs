@@ -3,7 +3,7 @@
 
 use super::exchange::ExchangeCollectives;
 use super::shared_memory::{GroupHandle, World, ALL_GROUP_KINDS};
-use super::{AdamParams, AttentionShape, Backend, NORM_EPS, ROPE_BASE};
+use super::{AdamParams, AttentionShape, Backend, GELU_C, GELU_CUBIC, NORM_EPS, ROPE_BASE};
 use crate::error::RuntimeError;
 use crate::mesh::GroupKind;
 use crate::trace::MatmulRecord;
@@ -96,8 +96,6 @@ impl ExchangeCollectives for CpuBackend {
         self.world.exchange(&self.groups[&kind], parts)
     }
 }
-
-const GELU_C: f32 = 0.797_884_6; // sqrt(2/pi)
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -235,13 +233,13 @@ impl Backend for CpuBackend {
     }
 
     fn gelu(&self, x: &CpuTensor) -> CpuTensor {
-        x.map(|v| 0.5 * v * (1.0 + (GELU_C * (v + 0.044715 * v * v * v)).tanh()))
+        x.map(|v| 0.5 * v * (1.0 + (GELU_C * (v + GELU_CUBIC * v * v * v)).tanh()))
     }
 
     fn gelu_backward(&self, x: &CpuTensor, dy: &CpuTensor) -> CpuTensor {
         x.zip(dy, |v, d| {
-            let t = (GELU_C * (v + 0.044715 * v * v * v)).tanh();
-            let dt = GELU_C * (1.0 + 3.0 * 0.044715 * v * v) * (1.0 - t * t);
+            let t = (GELU_C * (v + GELU_CUBIC * v * v * v)).tanh();
+            let dt = GELU_C * (1.0 + 3.0 * GELU_CUBIC * v * v) * (1.0 - t * t);
             d * (0.5 * (1.0 + t) + 0.5 * v * dt)
         })
     }

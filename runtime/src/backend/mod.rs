@@ -7,6 +7,7 @@
 pub mod attention_blocks;
 pub mod cpu;
 pub(crate) mod exchange;
+pub mod memory_saving;
 pub mod shared_memory;
 
 // The only place the `cuda` feature is tested: without it, `cuda` is a module with the same
@@ -57,6 +58,9 @@ impl Default for AdamParams {
 }
 
 pub const NORM_EPS: f32 = 1e-5;
+/// GELU is the tanh approximation `0.5·x·(1 + tanh(GELU_C·(x + GELU_CUBIC·x³)))`.
+pub const GELU_C: f32 = 0.797_884_6; // sqrt(2/pi)
+pub const GELU_CUBIC: f32 = 0.044715;
 pub const ROPE_BASE: f32 = 10_000.0;
 
 pub trait Backend {
@@ -102,6 +106,24 @@ pub trait Backend {
     fn silu(&self, x: &Self::Tensor) -> Self::Tensor;
     fn silu_backward(&self, x: &Self::Tensor, dy: &Self::Tensor) -> Self::Tensor;
 
+    /// Tempo's in-place GELU: the output and the branch bits (a `words × 1` tensor, see
+    /// [`memory_saving`]) that [`Self::gelu_backward_from_output`] needs instead of the input.
+    fn gelu_keeping_output(&self, x: &Self::Tensor) -> (Self::Tensor, Self::Tensor) {
+        let bits = memory_saving::gelu_branch_bits(&self.to_vec(x));
+        let words = bits.len();
+        (self.gelu(x), self.tensor(bits, words, 1))
+    }
+    fn gelu_backward_from_output(
+        &self,
+        y: &Self::Tensor,
+        bits: &Self::Tensor,
+        dy: &Self::Tensor,
+    ) -> Self::Tensor {
+        let (rows, cols) = self.shape(y);
+        let x = memory_saving::gelu_input(&self.to_vec(y), &self.to_vec(bits));
+        self.gelu_backward(&self.tensor(x, rows, cols), dy)
+    }
+
     // Normalisation: returns the output and per-row statistics for the backward.
     fn norm(
         &self,
@@ -120,6 +142,37 @@ pub trait Backend {
         dy: &Self::Tensor,
         has_bias: bool,
     ) -> (Self::Tensor, Self::Tensor, Option<Self::Tensor>);
+    /// Tempo's in-place norm: [`Self::norm_backward`] from the output `y` instead of the input.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_backward_from_output(
+        &self,
+        kind: NormKind,
+        y: &Self::Tensor,
+        weight: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        stats: &Self::Tensor,
+        dy: &Self::Tensor,
+        has_bias: bool,
+    ) -> (Self::Tensor, Self::Tensor, Option<Self::Tensor>) {
+        let (rows, cols) = self.shape(y);
+        let bias = bias.map(|b| self.to_vec(b));
+        let x = memory_saving::norm_input(
+            kind,
+            &self.to_vec(y),
+            cols,
+            &self.to_vec(weight),
+            bias.as_deref(),
+            &self.to_vec(stats),
+        );
+        self.norm_backward(
+            kind,
+            &self.tensor(x, rows, cols),
+            weight,
+            stats,
+            dy,
+            has_bias,
+        )
+    }
 
     // Attention.
     /// Returns the output and the attention probabilities `[batch·heads·q_len, kv_len]`.

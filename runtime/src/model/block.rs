@@ -38,10 +38,72 @@ impl<T: Clone> FfnCtx<T> {
     }
 }
 
+/// What a norm keeps for its backward.
+enum NormKept<T> {
+    Input(T),
+    /// Tempo's in-place norm: its output (this rank's tokens), the backward working from it.
+    Output(T),
+    /// Tempo's in-place norm whose output the GEMM after it keeps as its input anyway.
+    OutputKeptByGemm,
+}
+
+/// Where a norm's backward starts: its input, or (in place) its output.
+enum NormFrom<'a, T> {
+    Input(&'a T),
+    Output(&'a T),
+}
+
+impl<T> NormKept<T> {
+    fn tensor(&self) -> Option<&T> {
+        match self {
+            NormKept::Input(t) | NormKept::Output(t) => Some(t),
+            NormKept::OutputKeptByGemm => None,
+        }
+    }
+
+    /// Where the backward starts, once [`NormKept::resolve`] has taken a shared output.
+    fn start(&self) -> Result<NormFrom<'_, T>, RuntimeError> {
+        match self {
+            NormKept::Input(x) => Ok(NormFrom::Input(x)),
+            NormKept::Output(y) => Ok(NormFrom::Output(y)),
+            NormKept::OutputKeptByGemm => Err(RuntimeError::InvalidModel {
+                reason: "an in-place norm's output was not resolved".into(),
+            }),
+        }
+    }
+}
+
+impl<T: Clone> NormKept<T> {
+    /// The norm keeps `output` where the memory-saving kernels are on (nothing of its own
+    /// where the GEMM after it keeps it too), else `input`.
+    fn of(env_saves: bool, input: &T, output: &T, gemm_keeps: bool) -> Self {
+        match (env_saves, gemm_keeps) {
+            (false, _) => NormKept::Input(input.clone()),
+            (true, false) => NormKept::Output(output.clone()),
+            (true, true) => NormKept::OutputKeptByGemm,
+        }
+    }
+
+    /// What the norm's backward starts from: its input, or its output (from the GEMM's
+    /// kept input, taken before the backward gathers that again under sequence parallelism).
+    fn resolve(self, gemm_input: Option<&T>) -> Result<NormKept<T>, RuntimeError> {
+        match self {
+            NormKept::OutputKeptByGemm => {
+                gemm_input.cloned().map(NormKept::Output).ok_or_else(|| {
+                    RuntimeError::InvalidModel {
+                        reason: "an in-place norm's output was not kept".into(),
+                    }
+                })
+            }
+            kept => Ok(kept),
+        }
+    }
+}
+
 pub struct Saved<T> {
-    x: T,
+    norm1: NormKept<T>,
     stats1: T,
-    h: T,
+    norm2: NormKept<T>,
     stats2: T,
     attn: attention::AttnCtx<T>,
     ffn: FfnCtx<T>,
@@ -57,7 +119,9 @@ impl<T> BlockCtx<T> {
         match self {
             BlockCtx::Input(x) => vec![x],
             BlockCtx::Saved(s) => {
-                let mut v = vec![&s.x, &s.stats1, &s.h, &s.stats2];
+                let mut v = vec![&s.stats1, &s.stats2];
+                v.extend(s.norm1.tensor());
+                v.extend(s.norm2.tensor());
                 v.extend(s.attn.tensors());
                 match &s.ffn {
                     FfnCtx::Dense(c) => v.extend(c.tensors()),
@@ -89,17 +153,29 @@ pub fn norm_backward<B: Backend>(
     stats: &B::Tensor,
     dy: &B::Tensor,
 ) -> Result<B::Tensor, RuntimeError> {
+    norm_backward_from(env, values, grads, prefix, NormFrom::Input(x), stats, dy)
+}
+
+fn norm_backward_from<B: Backend>(
+    env: &Env<B>,
+    values: &Values<B::Tensor>,
+    grads: &mut Grads<B::Tensor>,
+    prefix: &str,
+    from: NormFrom<'_, B::Tensor>,
+    stats: &B::Tensor,
+    dy: &B::Tensor,
+) -> Result<B::Tensor, RuntimeError> {
     let b = env.b;
     let wname = format!("{prefix}.weight");
     let has_bias = env.model.norm == NormKind::Layernorm;
-    let (dx, dw, db) = b.norm_backward(
-        env.model.norm,
-        x,
-        param(values, &wname)?,
-        stats,
-        dy,
-        has_bias,
-    );
+    let w = param(values, &wname)?;
+    let (dx, dw, db) = match from {
+        NormFrom::Input(x) => b.norm_backward(env.model.norm, x, w, stats, dy, has_bias),
+        NormFrom::Output(y) => {
+            let bias = values.get(&format!("{prefix}.bias"));
+            b.norm_backward_from_output(env.model.norm, y, w, bias, stats, dy, has_bias)
+        }
+    };
     grads.add(b, &wname, || dw);
     if let Some(db) = db {
         grads.add(b, &format!("{prefix}.bias"), || db);
@@ -136,6 +212,8 @@ fn forward_saved<B: Backend>(
         &env.gather_tp(&n1)?,
         keep_probs,
     )?;
+    let saves = env.memory_saving_kernels;
+    let norm1 = NormKept::of(saves, x, &n1, attn.input().is_some());
     // Sequence parallelism keeps only this rank's shard of the gathered matmul inputs; the
     // backward gathers them again.
     if env.sp_active() {
@@ -158,6 +236,7 @@ fn forward_saved<B: Backend>(
         (y, FfnCtx::Dense(c))
     };
     drop(n2_full);
+    let norm2 = NormKept::of(saves, &h, &n2, ffn.input().is_some());
     if env.sp_active() {
         ffn.set_input(n2);
     }
@@ -171,9 +250,9 @@ fn forward_saved<B: Backend>(
     Ok((
         out,
         Saved {
-            x: x.clone(),
+            norm1,
             stats1,
-            h,
+            norm2,
             stats2,
             attn,
             ffn,
@@ -190,7 +269,7 @@ pub fn forward<B: Backend>(
 ) -> Result<(B::Tensor, BlockCtx<B::Tensor>), RuntimeError> {
     let (out, saved) = forward_saved(env, values, layer, x, keep == Keep::Everything)?;
     let ctx = match keep {
-        Keep::InputOnly => BlockCtx::Input(saved.x),
+        Keep::InputOnly => BlockCtx::Input(x.clone()),
         _ => BlockCtx::Saved(Box::new(saved)),
     };
     Ok((out, ctx))
@@ -222,13 +301,24 @@ pub fn backward<B: Backend>(
     dout: &B::Tensor,
 ) -> Result<B::Tensor, RuntimeError> {
     let b = env.b;
-    let mut s = match ctx {
+    let Saved {
+        norm1,
+        stats1,
+        norm2,
+        stats2,
+        mut attn,
+        mut ffn,
+    } = match ctx {
         BlockCtx::Saved(s) => *s,
         BlockCtx::Input(x) => forward_saved(env, values, layer, &x, true)?.1,
     };
-    if let Some(x) = s.ffn.input().filter(|_| env.sp_active()) {
+    // In-place norms start from the GEMMs' kept inputs: this rank's tokens, before they are
+    // gathered again below.
+    let norm1 = norm1.resolve(attn.input())?;
+    let norm2 = norm2.resolve(ffn.input())?;
+    if let Some(x) = ffn.input().filter(|_| env.sp_active()) {
         let ffn_input = env.gather_tp(x)?;
-        s.ffn.set_input(ffn_input);
+        ffn.set_input(ffn_input);
     }
     let p = format!("layers.{layer}");
     let bias_grad = |grads: &mut Grads<B::Tensor>, name: &str, d: &B::Tensor| {
@@ -238,47 +328,41 @@ pub fn backward<B: Backend>(
     };
     bias_grad(grads, &format!("{p}.mlp.bo"), dout);
     let dffn_full = env.gather_tp(dout)?;
-    let dn2_partial = match &s.ffn {
+    let dn2_partial = match &ffn {
         FfnCtx::Dense(c) => mlp::backward(env, values, grads, &format!("{p}.mlp"), c, &dffn_full)?,
         FfnCtx::Moe(c) => moe::backward(env, values, grads, &format!("{p}.moe"), c, &dffn_full)?,
     };
     let dn2 = env.reduce_tp(&dn2_partial)?;
     let dh = b.add(
         dout,
-        &norm_backward(
+        &norm_backward_from(
             env,
             values,
             grads,
             &format!("{p}.norm2"),
-            &s.h,
-            &s.stats2,
+            norm2.start()?,
+            &stats2,
             &dn2,
         )?,
     );
     bias_grad(grads, &format!("{p}.attn.bo"), &dh);
-    if let Some(x) = s.attn.input().filter(|_| env.sp_active()) {
+    if let Some(x) = attn.input().filter(|_| env.sp_active()) {
         let attn_input = env.gather_tp(x)?;
-        s.attn.set_input(attn_input);
+        attn.set_input(attn_input);
     }
     let dattn_full = env.gather_tp(&dh)?;
-    let dn1_partial = attention::backward(
-        env,
-        values,
-        grads,
-        &format!("{p}.attn"),
-        &s.attn,
-        &dattn_full,
-    )?;
+    let dn1_partial =
+        attention::backward(env, values, grads, &format!("{p}.attn"), &attn, &dattn_full)?;
     let dn1 = env.reduce_tp(&dn1_partial)?;
     Ok(b.add(
         &dh,
-        &norm_backward(
+        &norm_backward_from(
             env,
             values,
             grads,
             &format!("{p}.norm1"),
-            &s.x,
-            &s.stats1,
+            norm1.start()?,
+            &stats1,
             &dn1,
         )?,
     ))

@@ -11,8 +11,10 @@ pub struct MlpCtx<T> {
     /// The input, where the backward needs it (not under LoRA-FA: frozen weights need no
     /// input for a gradient).
     x: Option<T>,
-    /// Pre-activation (gelu) or gate pre-activation (swiglu).
-    pre: T,
+    /// Pre-activation (gelu) or gate pre-activation (swiglu); not under Tempo's in-place GELU.
+    pre: Option<T>,
+    /// Tempo's in-place GELU: the branch bits that recover the pre-activation from `act`.
+    gelu_bits: Option<T>,
     /// Up projection (swiglu only).
     up: Option<T>,
     /// Input of the output projection, where its backward needs it (as `x`).
@@ -43,7 +45,8 @@ impl<T> MlpCtx<T> {
 
     /// What the MLP keeps apart from its input, for callers that keep the input themselves.
     pub fn tensors_besides_input(&self) -> Vec<&T> {
-        let mut v = vec![&self.pre];
+        let mut v: Vec<&T> = self.pre.iter().collect();
+        v.extend(self.gelu_bits.as_ref());
         v.extend(self.act.as_ref());
         v.extend(self.up.as_ref());
         v.extend(self.adapters.iter().map(|(_, a)| a.tensor()));
@@ -91,23 +94,36 @@ pub fn forward<B: Backend>(
     x: &B::Tensor,
 ) -> Result<(B::Tensor, MlpCtx<B::Tensor>), RuntimeError> {
     let b = env.b;
+    let weights: Vec<String> = lora::mlp_weights(env.model)
+        .iter()
+        .map(|w| format!("{prefix}.{w}"))
+        .collect();
+    let keep = lora::keeps_input(
+        env.adapters.as_ref(),
+        &weights.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
     let mut adapters = Vec::new();
     let names = |w: &str| (format!("{prefix}.w{w}"), format!("{prefix}.b{w}"));
     let column = |w: &str, adapters: &mut Vec<_>| {
         let (w, bias) = names(w);
         linear(env, values, x, (&w, &bias), Parallel::Column, adapters)
     };
-    let (pre, up, act, out) = match env.model.mlp {
+    let (pre, gelu_bits, up, act, out) = match env.model.mlp {
+        // Tempo's in-place GELU where the output is kept anyway, as the down projection's input.
+        MlpKind::Gelu if env.memory_saving_kernels && keep => {
+            let (act, bits) = b.gelu_keeping_output(&column("1", &mut adapters)?);
+            (None, Some(bits), None, act, "2")
+        }
         MlpKind::Gelu => {
             let pre = column("1", &mut adapters)?;
             let act = b.gelu(&pre);
-            (pre, None, act, "2")
+            (Some(pre), None, None, act, "2")
         }
         MlpKind::Swiglu => {
             let pre = column("g", &mut adapters)?;
             let up = column("u", &mut adapters)?;
             let act = b.mul(&b.silu(&pre), &up);
-            (pre, Some(up), act, "d")
+            (Some(pre), None, Some(up), act, "d")
         }
     };
     let (w_out, bias_out) = names(out);
@@ -120,19 +136,12 @@ pub fn forward<B: Backend>(
         Parallel::Row,
         &mut adapters,
     )?;
-    let weights: Vec<String> = lora::mlp_weights(env.model)
-        .iter()
-        .map(|w| format!("{prefix}.{w}"))
-        .collect();
-    let keep = lora::keeps_input(
-        env.adapters.as_ref(),
-        &weights.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
     Ok((
         y,
         MlpCtx {
             x: keep.then(|| x.clone()),
             pre,
+            gelu_bits,
             up,
             act: keep.then_some(act),
             adapters,
@@ -175,17 +184,21 @@ pub fn backward<B: Backend>(
         }
         Ok(dx)
     };
+    let pre = || ctx.pre.as_ref().expect("kept unless GELU is in place");
     match env.model.mlp {
         MlpKind::Gelu => {
             let dact = back_linear(grads, ctx.act.as_ref(), dy, "2")?;
-            let dpre = b.gelu_backward(&ctx.pre, &dact);
+            let dpre = match (&ctx.gelu_bits, &ctx.act) {
+                (Some(bits), Some(act)) => b.gelu_backward_from_output(act, bits, &dact),
+                _ => b.gelu_backward(pre(), &dact),
+            };
             back_linear(grads, ctx.x.as_ref(), &dpre, "1")
         }
         MlpKind::Swiglu => {
             let dact = back_linear(grads, ctx.act.as_ref(), dy, "d")?;
             let up = ctx.up.as_ref().expect("swiglu keeps its up projection");
-            let dup = b.mul(&dact, &b.silu(&ctx.pre));
-            let dgate = b.silu_backward(&ctx.pre, &b.mul(&dact, up));
+            let dup = b.mul(&dact, &b.silu(pre()));
+            let dgate = b.silu_backward(pre(), &b.mul(&dact, up));
             let dx_gate = back_linear(grads, ctx.x.as_ref(), &dgate, "g")?;
             let dx_up = back_linear(grads, ctx.x.as_ref(), &dup, "u")?;
             Ok(b.add(&dx_gate, &dx_up))

@@ -92,6 +92,8 @@ pub struct Env<'a, B: Backend> {
     pub cp_prev_rank: usize,
     /// LoRA adapters beside the frozen projections (adapter fine-tuning).
     pub adapters: Option<lora::Adapters>,
+    /// Tempo's in-place GELU and norms: they keep their outputs instead of their inputs.
+    pub memory_saving_kernels: bool,
 }
 
 /// Tag of ring-attention messages; pipeline messages use the bits below 63.

@@ -42,6 +42,7 @@ pub fn env<'a, B: Backend>(
         cp_next_rank: rank,
         cp_prev_rank: rank,
         adapters: None,
+        memory_saving_kernels: false,
     }
 }
 

@@ -67,6 +67,9 @@ const SCORE_BYTES_FWD: f64 = 4.0;
 const SCORE_BYTES_BWD: f64 = 6.0;
 const SCORE_DROPOUT_BYTES_FWD: f64 = 5.0;
 const SCORE_DROPOUT_BYTES_BWD: f64 = 5.0;
+/// Rebuilding the dropout output in backward from the softmax output and the mask (Tempo's
+/// attention): read 2 + 1, write 2.
+const SCORE_DROPOUT_REBUILD_BYTES: f64 = 5.0;
 
 /// HBM bytes per element of an FP8 GEMM input to cast it. Delayed scaling knows the scale
 /// beforehand: read 2, write 1 (Transformer Engine fuses the transposed copy into the same
@@ -116,7 +119,13 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         let scores = k(ctx.heads * ctx.seq) * tokens.clone() / t.clone();
         let dropout = ctx.dropout;
         let fwd_bytes = SCORE_BYTES_FWD + dropout * SCORE_DROPOUT_BYTES_FWD;
-        let bwd_bytes = SCORE_BYTES_BWD + dropout * SCORE_DROPOUT_BYTES_BWD;
+        // Tempo's attention rebuilds the dropout output in backward instead of keeping it.
+        let rebuilt = if ctx.memory_saving_kernels {
+            SCORE_DROPOUT_REBUILD_BYTES
+        } else {
+            0.0
+        };
+        let bwd_bytes = SCORE_BYTES_BWD + dropout * (SCORE_DROPOUT_BYTES_BWD + rebuilt);
         let fwd = bmm_fwd + ctx.memory_bound(scores.clone() * (fwd_bytes * act));
         let bwd = bmm_bwd + ctx.memory_bound(scores * (bwd_bytes * act));
         (fwd, bwd)

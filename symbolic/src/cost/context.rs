@@ -155,6 +155,8 @@ pub(crate) struct Ctx {
     pub fused_cross_entropy: bool,
     /// Blocks compiled with `torch.compile`: pointwise results are recomputed in backward.
     pub compiled: bool,
+    /// Tempo's activation-saving kernels (`train.memory_saving_kernels`).
+    pub memory_saving_kernels: bool,
     pub framework: Framework,
     pub moe: Option<MoeNumbers>,
     pub bytes: StateBytes,
@@ -282,6 +284,8 @@ impl Ctx {
             fp8_scaling: train.fp8_scaling(),
             fused_cross_entropy: train.fused_cross_entropy(),
             compiled: train.compile,
+            // `auto` is costed without them; the planner tries them beside.
+            memory_saving_kernels: train.memory_saving_kernels.is_on(),
             framework: train.framework,
             moe,
             bytes,

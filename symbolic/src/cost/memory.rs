@@ -27,6 +27,14 @@
 //! down projection's input: the compiler's partitioner recomputes pointwise results in
 //! backward rather than saving them, so only the inputs those are computed from stay.
 //!
+//! Tempo's activation-saving kernels (`train.memory_saving_kernels`, Andoorveedu et al. 2022):
+//! each norm keeps its output instead of its input (its backward works from the output), which
+//! is the next GEMM's kept input, so the two norm inputs 4sbh go; GELU keeps its output and a
+//! one-bit mask instead of its input (gelu MLP: 2·s'b·ffn + ffn/8 bytes instead of 4·s'b·ffn);
+//! the attention keeps the softmax output and the dropout mask and rebuilds the dropout output
+//! in backward (2·a·s'·s·b less with dropout). Where a GEMM does not keep the norm's output
+//! or GELU's (LoRA-FA, `compile`, FP8 copies), the norm or GELU keeps what it kept before.
+//!
 //! FP8 training through Transformer Engine keeps fp8 copies of the GEMM inputs (1 byte per
 //! element instead of 2); through torchao it keeps the bf16 inputs and casts them again in
 //! backward.
@@ -114,17 +122,30 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
     } else {
         2.0 * g * (f64::from(u8::from(qkv_input)) + f64::from(u8::from(mlp_input)))
     };
+    // Each norm keeps its input for its backward; Tempo's in-place norm keeps its output
+    // instead, the very tensor the next GEMM keeps where that one keeps it in the same
+    // precision, so the norm then adds nothing of its own.
+    let in_place_norm =
+        |gemm_keeps: bool| ctx.memory_saving_kernels && !ctx.compiled && gemm_keeps && g == 1.0;
+    let norm_own: f64 = [qkv_input, mlp_input]
+        .into_iter()
+        .map(|kept| if in_place_norm(kept) { 0.0 } else { 2.0 })
+        .sum();
     let replicated_divisor = ctx.replicated_divisor();
     let replicated =
-        k((4.0 + masks + norm_outputs) * h * act) * sb.clone() / replicated_divisor.clone();
-    let norms = k(norm_outputs * h * act) * sb.clone() / replicated_divisor;
+        k((norm_own + masks + norm_outputs) * h * act) * sb.clone() / replicated_divisor.clone();
+    // Recomputing the norms drops what they keep beyond one tensor each.
+    let norms = k((norm_outputs + norm_own - 4.0) * h * act) * sb.clone() / replicated_divisor;
     let attention = k((2.0 + 2.0 * g) * ctx.q_dim * act) * sb.clone() / t.clone()
         + k(4.0 * ctx.kv_dim * act) * sb.clone() / ctx.kv_split();
     let scores = if ctx.flash {
         k(4.0 * ctx.heads) * sb.clone() / t.clone()
     } else {
-        // Softmax output 2 bytes; with dropout also its 1-byte mask and 2-byte output.
-        k((2.0 + 3.0 * ctx.dropout) * ctx.heads * ctx.seq * act) * sb.clone() / t.clone()
+        // Softmax output 2 bytes; with dropout also its 1-byte mask and 2-byte output, which
+        // Tempo's attention rebuilds in backward instead.
+        let dropout_output = if ctx.memory_saving_kernels { 0.0 } else { 2.0 };
+        k((2.0 + (1.0 + dropout_output) * ctx.dropout) * ctx.heads * ctx.seq * act) * sb.clone()
+            / t.clone()
     };
     // gelu: its input and the down projection's input; swiglu: gate and up outputs and the
     // down projection's input, which compiled blocks rebuild from the others.
@@ -133,8 +154,13 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
     } else {
         2.0 * g
     };
+    // Tempo's in-place GELU keeps its output (the down projection's kept input) and a one-bit
+    // branch mask instead of its input.
+    let in_place_gelu = ctx.memory_saving_kernels && down_input > 0.0 && g == 1.0;
     let mlp_factor = if ctx.mlp_matrices > 2.0 {
         4.0 + down_input
+    } else if in_place_gelu {
+        GELU_MASK_BYTES / act + down_input
     } else {
         2.0 + down_input
     };
@@ -171,6 +197,9 @@ fn layer_activations_expr(ctx: &Ctx) -> LayerActivations {
         moe_act,
     }
 }
+
+/// Bytes per element of the in-place GELU's branch mask: one bit.
+const GELU_MASK_BYTES: f64 = 0.125;
 
 /// Micro-batches whose activations a pipeline device holds at its peak: `min(p − i, m)` for
 /// 1F1B; with `v` interleaved chunks Megatron's warm-up holds `2(p − i − 1) + (v − 1)p + 1`

@@ -504,9 +504,11 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
             .then_some(true),
         // torchtitan names its torch.compile runs.
         compile: lower_model.contains("compile") || lower_notes.contains("compile"),
+        memory_saving_kernels: tessel_grammar::MemorySavingKernels::Off,
         overlap: overlap_of(source),
         failures: None,
         finetune: None,
+        grad_compression: None,
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {
