@@ -8,13 +8,13 @@
 mod bounds;
 pub mod canonical_json;
 mod checkpoints;
+mod choices;
 mod cost_model;
 mod diff;
 mod error;
 mod explain;
 mod finetune;
 mod frontier;
-mod kernels;
 mod layers;
 mod local_search;
 mod losses;
@@ -34,6 +34,10 @@ pub mod serving;
 mod space;
 
 pub use checkpoints::{checkpoint_explanation, checkpoint_line, checkpoint_plan, CheckpointPlan};
+pub use choices::{
+    explain_compression_choice, explain_kernels_choice, plan_fixed_resolving_choices,
+    plan_resolving_choices, CompressionChoice, KernelsChoice,
+};
 pub use cost_model::StageCostModel;
 pub use diff::{
     diff_plans, render_diff_markdown, render_diff_text, FieldChange, MetricChange, PlanDiff,
@@ -42,9 +46,6 @@ pub use diff::{
 pub use error::PlanError;
 pub use explain::{render_explain, render_validated_alternative};
 pub use finetune::{explain_finetune_choice, plan_finetune, plan_fixed_finetune, FinetuneChoice};
-pub use kernels::{
-    explain_kernels_choice, plan_fixed_resolving_choices, plan_resolving_choices, KernelsChoice,
-};
 pub use layers::{chunk_ranges, even_chunks, even_split, layer_ranges, stage_chunks, stage_totals};
 pub use milp::MilpSettings;
 pub use nothing_fits::{FixedDoesNotFit, ModelFactory, NothingFits, Suggestion};

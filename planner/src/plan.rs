@@ -194,6 +194,9 @@ pub struct Plan {
     /// With `memory_saving_kernels = auto`, whether the kernels were chosen and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernels_choice: Option<crate::KernelsChoice>,
+    /// With `grad_compression = { method = auto }`, which method was chosen and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_choice: Option<crate::CompressionChoice>,
 }
 
 /// SHA-256 (hex) of the spec's JSON with object keys sorted.

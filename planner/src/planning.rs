@@ -354,5 +354,6 @@ fn assemble(
         placement: None,
         finetune_choice: None,
         kernels_choice: None,
+        compression_choice: None,
     }
 }

@@ -84,6 +84,31 @@ fn finetune_label(plan: &Plan) -> Option<String> {
     ))
 }
 
+/// `powersgd rank 4 on every bucket`: which data-parallel gradient buckets the plan sends
+/// compressed, when its spec compresses any.
+fn compression_label(plan: &Plan) -> Option<String> {
+    let c = plan.spec.train.grad_compression?;
+    let stages = &plan.prediction.stages;
+    let all = |pick: fn(&tessel_symbolic::cost::CompressedBuckets) -> bool| {
+        let n = stages
+            .iter()
+            .filter(|s| s.compressed.as_ref().is_some_and(pick))
+            .count();
+        match n {
+            0 => "whole",
+            n if n == stages.len() => "compressed",
+            _ => "compressed on some stages",
+        }
+    };
+    let (layers, edges) = (all(|b| b.layers), all(|b| b.edges));
+    let wheres = match (layers, edges) {
+        ("compressed", "compressed") => " on every bucket".to_string(),
+        ("whole", "whole") => " on no bucket: sending them whole is faster".to_string(),
+        _ => format!(": the layers' buckets {layers}, the embedding's and output layer's {edges}"),
+    };
+    Some(format!("{}{wheres}", c.label()))
+}
+
 /// Tempo's kernels, when the plan runs them.
 fn kernels_label(plan: &Plan) -> Option<&'static str> {
     plan.spec
@@ -151,6 +176,9 @@ pub fn render_table(plan: &Plan) -> String {
     }
     if let Some(label) = kernels_label(plan) {
         let _ = writeln!(out, "  kernels      {label}");
+    }
+    if let Some(label) = compression_label(plan) {
+        let _ = writeln!(out, "  gradients    {label}");
     }
     let _ = writeln!(out, "  stages       {}", choices_label(plan));
     if let Some(placement) = &plan.placement {
@@ -292,6 +320,9 @@ pub fn render_markdown(plan: &Plan) -> String {
     }
     if let Some(label) = kernels_label(plan) {
         let _ = writeln!(out, "| kernels | {label} |");
+    }
+    if let Some(label) = compression_label(plan) {
+        let _ = writeln!(out, "| gradients | {label} |");
     }
     let _ = writeln!(out, "| stages | {} |", choices_label(plan));
     if let Some(placement) = &plan.placement {

@@ -7,6 +7,7 @@ use crate::checkpoint::{
     commit, snapshot_folder, write_rank, write_records, Checkpoint, InjectedFailure, ShardRecord,
     StateKind, StatePiece,
 };
+use crate::compression::Compressor;
 use crate::data::TokenStream;
 use crate::error::RuntimeError;
 use crate::init::init_block;
@@ -92,6 +93,8 @@ struct Rank<'a, B: Backend> {
     values: Values<B::Tensor>,
     grads: Grads<B::Tensor>,
     grad_bytes: u64,
+    /// Gradient compression's state, where the plan compresses.
+    compressor: Option<Compressor<B::Tensor>>,
     memory: MemoryTracker,
     stash: HashMap<(u64, u64), Stashed<B::Tensor>>,
     outbox: HashMap<(u64, u64), B::Tensor>,
@@ -220,6 +223,10 @@ impl<'a, B: Backend> Rank<'a, B> {
             values: BTreeMap::new(),
             grads: Grads::new(frozen),
             grad_bytes: 0,
+            compressor: plan
+                .compression
+                .as_ref()
+                .map(|c| Compressor::new(c.method, plan.seed)),
             memory,
             stash: HashMap::new(),
             outbox: HashMap::new(),
@@ -841,19 +848,16 @@ impl<'a, B: Backend> Rank<'a, B> {
             }
             self.sum_over_tensor_group(gi)?;
             self.sum_tied_copies(gi)?;
+            if self.compresses(gi) {
+                self.reduce_compressed(gi)?;
+                continue;
+            }
             let g = &self.groups[gi];
             let flat = self.flatten(g, true)?;
             // The group's gradients now live in the flat buffer (Megatron accumulates into it
             // directly), so they are not counted twice while it is reduced.
-            let mut released = 0;
-            for p in &g.spec.params {
-                if let Some(t) = self.grads.map.remove(&p.name) {
-                    released += b.bytes(&t);
-                }
-            }
-            let released = released.min(self.grad_bytes);
-            self.memory.free(MemoryCategory::Grads, released);
-            self.grad_bytes -= released;
+            self.release_local_gradients(gi);
+            let g = &self.groups[gi];
             let (bytes, ranks) = (b.bytes(&flat), b.group_size(g.spec.replication));
             let t0 = Instant::now();
             let reduced = b.all_reduce(g.spec.replication, &flat)?;
@@ -864,6 +868,80 @@ impl<'a, B: Backend> Rank<'a, B> {
         self.grads.map.clear();
         self.memory.free(MemoryCategory::Grads, self.grad_bytes);
         self.grad_bytes = 0;
+        Ok(())
+    }
+
+    /// Drops the local gradients of group `gi` from the map and from the accounted bytes.
+    fn release_local_gradients(&mut self, gi: usize) {
+        let mut released = 0;
+        for p in &self.groups[gi].spec.params {
+            if let Some(t) = self.grads.map.remove(&p.name) {
+                released += self.b.bytes(&t);
+            }
+        }
+        let released = released.min(self.grad_bytes);
+        self.memory.free(MemoryCategory::Grads, released);
+        self.grad_bytes -= released;
+    }
+
+    /// Whether the plan compresses group `gi`'s gradients: its layers' buckets, or its
+    /// embedding's and output layer's.
+    fn compresses(&self, gi: usize) -> bool {
+        let Some(c) = &self.setup.plan.compression else {
+            return false;
+        };
+        let buckets = c.stages[self.coords.pp as usize];
+        if self.groups[gi].spec.name.starts_with("layers.") {
+            buckets.layers
+        } else {
+            buckets.edges
+        }
+    }
+
+    /// ZeRO 0's reduction of group `gi` with compression: parameter by parameter (the
+    /// compressors work on matrices), the sums then laid out as the flat buffer.
+    fn reduce_compressed(&mut self, gi: usize) -> Result<(), RuntimeError> {
+        let b = self.b;
+        let g = &self.groups[gi];
+        let (replication, padded, len) = (g.spec.replication, g.padded, g.len);
+        let mut local = Vec::with_capacity(g.spec.params.len());
+        for p in &g.spec.params {
+            let (rows, cols) = p.local_shape();
+            let grad = self
+                .grads
+                .map
+                .get(&p.name)
+                .cloned()
+                .unwrap_or_else(|| b.zeros(rows, cols));
+            local.push((p.name.clone(), p.local_len(), grad));
+        }
+        self.release_local_gradients(gi);
+        let compressor = self
+            .compressor
+            .as_mut()
+            .expect("a compressing plan has a compressor");
+        let mut parts = Vec::with_capacity(local.len() + 1);
+        let mut state = 0;
+        let t0 = Instant::now();
+        for (name, n, grad) in local {
+            let (sum, allocated) = compressor.all_reduce(b, replication, &name, grad)?;
+            state += allocated;
+            parts.push(b.reshape(&sum, n, 1));
+        }
+        if padded > len {
+            parts.push(b.zeros(padded - len, 1));
+        }
+        let reduced = b.concat_rows(&parts.iter().collect::<Vec<_>>());
+        self.record_collective(
+            "compressed_all_reduce",
+            b.bytes(&reduced),
+            b.group_size(replication),
+            t0,
+        );
+        // Error buffers and PowerSGD's `Q` live as long as the run, beside the gradients.
+        self.memory.alloc(MemoryCategory::Grads, state);
+        self.memory.alloc(MemoryCategory::Grads, b.bytes(&reduced));
+        self.groups[gi].reduced = Some(reduced);
         Ok(())
     }
 

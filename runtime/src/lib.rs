@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod compression;
 pub mod data;
 pub mod error;
 pub mod executor;

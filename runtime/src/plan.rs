@@ -3,7 +3,8 @@
 
 use crate::error::RuntimeError;
 use crate::model::lora::Adapters;
-use tessel_grammar::{ModelSpec, Offload, Recompute, Strategy};
+use tessel_grammar::{CompressionMethod, GradCompression, ModelSpec, Offload, Recompute, Strategy};
+use tessel_symbolic::cost::CompressedBuckets;
 
 /// Everything the executor needs to know about a parallel configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +36,30 @@ pub struct ExecutionPlan {
     pub adapters: Option<Adapters>,
     /// Tempo's in-place GELU and norms (`train.memory_saving_kernels`).
     pub memory_saving_kernels: bool,
+    /// Compressed data-parallel gradients (`train.grad_compression`).
+    pub compression: Option<Compression>,
+}
+
+/// How the data-parallel gradients are compressed, and which buckets: per pipeline stage,
+/// the layers' and the embedding's and output layer's, as the plan chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compression {
+    pub method: GradCompression,
+    pub stages: Vec<CompressedBuckets>,
+}
+
+impl Compression {
+    /// Every bucket of every one of `pp` stages compressed by `method`.
+    pub fn everywhere(method: GradCompression, pp: u64) -> Self {
+        let all = CompressedBuckets {
+            layers: true,
+            edges: true,
+        };
+        Compression {
+            method,
+            stages: vec![all; pp as usize],
+        }
+    }
 }
 
 impl ExecutionPlan {
@@ -114,6 +139,7 @@ impl ExecutionPlan {
             seed: 0,
             adapters: None,
             memory_saving_kernels: false,
+            compression: None,
         };
         plan.validate(model)?;
         Ok(plan)
@@ -207,6 +233,23 @@ impl ExecutionPlan {
         }
         if self.recompute.len() as u64 != self.pp || self.offload.len() as u64 != self.pp {
             return bad("recompute and offload need one entry per pipeline stage".into());
+        }
+        if let Some(c) = &self.compression {
+            if self.zero != 0 || self.adapters.is_some() {
+                return Err(RuntimeError::unsupported(
+                    "gradient compression beside ZeRO or adapters (it compresses ZeRO 0's \
+                     all-reduce of every weight's gradient)",
+                ));
+            }
+            if c.method.method == CompressionMethod::Auto {
+                return bad(
+                    "`grad_compression.method = auto` must be resolved by `tessel plan` first"
+                        .into(),
+                );
+            }
+            if c.stages.len() as u64 != self.pp {
+                return bad("gradient compression needs one entry per pipeline stage".into());
+            }
         }
         if self.adapters.is_some() {
             if model.moe.is_some() {

@@ -5,11 +5,11 @@
 
 use crate::error::RuntimeError;
 use crate::model::lora::Adapters;
-use crate::plan::ExecutionPlan;
+use crate::plan::{Compression, ExecutionPlan};
 use crate::scale::scale_model;
 use tessel_grammar::{ModelSpec, Precision, Recompute, Spec, Strategy};
 use tessel_planner::{coordinates, spec_digest, MeshShape, Plan};
-use tessel_symbolic::cost::CostModel;
+use tessel_symbolic::cost::{CompressedBuckets, CostModel};
 
 /// Parameter count the automatic scale shrinks a model below, so that a plan of a 70B model
 /// trains a few steps on a CPU in seconds.
@@ -167,6 +167,26 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// The plan's gradient compression, where it compresses any bucket.
+fn compression_of(plan: &Plan) -> Option<Compression> {
+    let method = plan.spec.train.grad_compression?;
+    let stages: Vec<CompressedBuckets> = plan
+        .prediction
+        .stages
+        .iter()
+        .map(|s| {
+            s.compressed.unwrap_or(CompressedBuckets {
+                layers: false,
+                edges: false,
+            })
+        })
+        .collect();
+    stages
+        .iter()
+        .any(|s| s.layers || s.edges)
+        .then_some(Compression { method, stages })
+}
+
 impl ExecutionPlan {
     /// The execution plan of a plan file, at full size: its degrees, batch split, the exact
     /// layer ranges of every stage and each stage's recompute and offload.
@@ -200,6 +220,7 @@ impl ExecutionPlan {
             seed: 0,
             adapters: Adapters::of(plan.spec.train.finetune)?,
             memory_saving_kernels: plan.spec.train.memory_saving_kernels.is_on(),
+            compression: compression_of(plan),
         };
         execution.validate(&plan.spec.model)?;
         Ok(execution)
@@ -361,6 +382,7 @@ pub fn scale_plan(plan: &Plan, factor: f64) -> Result<ScaledPlan, RuntimeError> 
     execution.offload = full.offload.clone();
     execution.adapters = full.adapters;
     execution.memory_saving_kernels = full.memory_saving_kernels;
+    execution.compression = full.compression.clone();
     execution.validate(&model)?;
     let chunk_sizes: Vec<u64> = execution.chunk_layers.iter().map(|(a, b)| b - a).collect();
     let stage_strategies = (0..c.pp as usize)

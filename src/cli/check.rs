@@ -186,6 +186,14 @@ fn job(out: &mut String, spec: &Spec) {
     if let Some(kernels) = kernels {
         let _ = writeln!(out, "  {:<16}{kernels}", "memory kernels");
     }
+    if let Some(c) = &train.grad_compression {
+        let _ = writeln!(
+            out,
+            "  {:<16}{}, with error feedback, where faster",
+            "gradients",
+            c.label()
+        );
+    }
     if train.compile {
         let _ = writeln!(out, "  {:<16}torch.compile of each block", "compile");
     }

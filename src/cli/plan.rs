@@ -253,8 +253,10 @@ fn check(
     }
     let objective = fresh.objective;
     // `auto` resolved to the committed plan's choices: cost it under them.
-    let resolved = (committed.finetune_choice.is_some() || committed.kernels_choice.is_some())
-        .then(|| CostModel::new(&committed.spec));
+    let resolved = (committed.finetune_choice.is_some()
+        || committed.kernels_choice.is_some()
+        || committed.compression_choice.is_some())
+    .then(|| CostModel::new(&committed.spec));
     let estimate = if spec.cluster.pools.is_empty() {
         match &resolved {
             Some(model) => model

@@ -226,6 +226,14 @@ impl Report {
                  the norms' and GELU's inputs (more activation memory than planned)",
             );
         }
+        if let Some(c) = spec.train.grad_compression {
+            self.unsupported(format!(
+                "grad_compression = {}: the target sums data-parallel gradients uncompressed \
+                 (PyTorch's DDP communication hooks run PowerSGD, not this target's optimizer); \
+                 written without it, which sends every gradient whole",
+                c.label()
+            ));
+        }
         if let Some(finetune) = spec.train.finetune.filter(|f| f.is_adapter()) {
             self.unsupported(format!(
                 "finetune = {} (rank {}): the target's training script trains every weight and \

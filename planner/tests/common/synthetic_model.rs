@@ -416,6 +416,7 @@ impl StageCostModel for SyntheticModel {
                     compute: c.microbatch_s * mf,
                     ..TimeBreakdown::default()
                 },
+                compressed: None,
             })
             .collect();
         let peak_memory = costs.iter().map(|c| c.memory.total()).fold(0.0, f64::max);

@@ -6,11 +6,12 @@
 //! context parallel, then data parallel (expert parallel inside the data × context ranks),
 //! pipeline outermost.
 
-use tessel_grammar::Framework;
+use tessel_grammar::{CompressionMethod, Framework, GradCompression};
 
-use super::context::{above, k, Ctx};
+use super::context::{above, k, Ctx, Ring};
 use super::parameters::{
-    embedding_params, head_params, layer_params, stage_params, trainable_stage_params,
+    embedding_params, head_params, layer_params, powersgd_layer_factors, stage_params,
+    trainable_stage_params,
 };
 use crate::Expr;
 
@@ -147,6 +148,118 @@ pub(crate) struct DpTraffic {
     pub gather: Expr,
     pub gather_calls: Expr,
     pub replica_reduce: Expr,
+    /// With gradient compression, what each class of buckets costs sent whole and sent
+    /// compressed: the caller chooses per class with the overlap in view.
+    pub compression: Option<CompressionClasses>,
+}
+
+/// One class of buckets (the layers', or the embedding's and output layer's) under ZeRO 0's
+/// all-reduce, sent whole or compressed.
+pub(crate) struct BucketClass {
+    /// Seconds of the collectives sent whole, and compressed.
+    pub whole: Expr,
+    pub compressed: Expr,
+    /// Seconds of the compression's passes (on the GPU, beside the backward), and the bytes
+    /// of state it keeps (error feedback, PowerSGD's factors, top-k's gathered entries).
+    pub compute: Expr,
+    pub state_bytes: Expr,
+}
+
+pub(crate) struct CompressionClasses {
+    /// The reduction's part no compression touches (ZeRO-1/2's reduce-scatter, the tied
+    /// embedding's all-reduce); `applies` is 1 where ZeRO 0 all-reduces over several ranks.
+    pub base: Expr,
+    pub applies: Expr,
+    pub layers: BucketClass,
+    pub edges: BucketClass,
+}
+
+/// HBM bytes per gradient element of the compression passes. Error feedback adds the
+/// previous error to the gradient and keeps the new one (read 4 + 4, write 4; then read 4 + 4,
+/// write 4: 24). PowerSGD's three skinny GEMMs (`M·Q`, `Mᵀ·P`, `P·Qᵀ`) each stream the matrix
+/// (12). Top-k's selection reads the gradient about three times (radix select: 12). FP8 casts
+/// (read 4, write 1) and casts back (read 1, write 4: 10).
+const ERROR_FEEDBACK_BYTES: f64 = 24.0;
+const POWERSGD_PASS_BYTES: f64 = 12.0;
+const TOPK_SELECT_BYTES: f64 = 12.0;
+const FP8_CAST_BYTES: f64 = 10.0;
+/// Bytes of a top-k index (int32) and of a scatter-add of one received entry (read the value
+/// and index, read and write the sum).
+const TOPK_INDEX_BYTES: f64 = 4.0;
+const TOPK_SCATTER_BYTES: f64 = 16.0;
+
+/// `params` gradient elements in `calls` buckets over `ring` of `ranks`, sent whole and
+/// compressed by `c`; `factors` are PowerSGD's `P` and `Q` elements for these parameters.
+fn bucket_class(
+    ctx: &Ctx,
+    c: &GradCompression,
+    (params, factors): (Expr, Expr),
+    calls: Expr,
+    (ring, ranks): (&Ring, Expr),
+) -> BucketClass {
+    let g = ctx.bytes.gradient;
+    let whole = calls.clone() * ctx.all_reduce(params.clone() * g / calls.clone(), ring);
+    let error_feedback = params.clone() * ERROR_FEEDBACK_BYTES;
+    let (compressed, compute, state_bytes) = match c.method {
+        // `P` then `Q`, each all-reduced bucket by bucket.
+        CompressionMethod::Powersgd => (
+            k(2.0) * calls.clone() * ctx.all_reduce(factors.clone() * g / (k(2.0) * calls), ring),
+            ctx.memory_bound(error_feedback + params.clone() * POWERSGD_PASS_BYTES),
+            (params + factors) * g,
+        ),
+        // Every rank's entries and indices gathered to every rank, then summed in.
+        CompressionMethod::Topk => {
+            let gathered = ranks * params.clone() * c.ratio;
+            (
+                calls.clone() * ctx.gather(gathered.clone() * (g + TOPK_INDEX_BYTES) / calls, ring),
+                ctx.memory_bound(
+                    error_feedback
+                        + params.clone() * TOPK_SELECT_BYTES
+                        + gathered.clone() * TOPK_SCATTER_BYTES,
+                ),
+                params * g + gathered * (g + TOPK_INDEX_BYTES),
+            )
+        }
+        CompressionMethod::Fp8 | CompressionMethod::Auto => (
+            calls.clone() * ctx.all_reduce(params.clone() / calls, ring),
+            ctx.memory_bound(error_feedback + params.clone() * FP8_CAST_BYTES),
+            params * (g + 1.0),
+        ),
+    };
+    BucketClass {
+        whole: ctx.bind(whole),
+        compressed: ctx.bind(compressed),
+        compute: ctx.bind(compute),
+        state_bytes,
+    }
+}
+
+/// The layers' and the edges' (embedding, output layer) bucket classes under `c`.
+fn bucket_classes(ctx: &Ctx, c: &GradCompression, ring: &Ring) -> (BucketClass, BucketClass) {
+    let layers = ctx.bind(ctx.layers.clone() * layer_params(ctx));
+    let edges = ctx.bind(ctx.is_first() * embedding_params(ctx) + ctx.is_last() * head_params(ctx));
+    let rank = c.rank as f64;
+    // The edges hold vocabulary-parallel `V/t × h` matrices; their factors are `r·(V/t + h)`.
+    let vocab_matrix = k(ctx.vocab * ctx.hidden) / ctx.t.clone();
+    let edge_factors =
+        edges.clone() / vocab_matrix * rank * (k(ctx.vocab) / ctx.t.clone() + ctx.hidden);
+    let ranks = ctx.d.clone() * ctx.c.clone();
+    let layer_calls = dp_calls(ctx, layers.clone(), ctx.overlap.grad_reduce);
+    let edge_calls = Expr::max([
+        dp_calls(ctx, edges.clone(), ctx.overlap.grad_reduce),
+        k(1.0),
+    ]);
+    let layer_factors = ctx.layers.clone() * powersgd_layer_factors(ctx, rank);
+    (
+        bucket_class(
+            ctx,
+            c,
+            (layers, layer_factors),
+            layer_calls,
+            (ring, ranks.clone()),
+        ),
+        bucket_class(ctx, c, (edges, edge_factors), edge_calls, (ring, ranks)),
+    )
 }
 
 /// ZeRO-0 all-reduces the gradients over dp·cp ranks; ZeRO-1/2 reduce-scatter them and
@@ -163,10 +276,31 @@ pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
     let calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.grad_reduce));
     let grad_bytes = params.clone() * ctx.bytes.gradient / calls.clone();
     let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
-    let all_reduce = calls.clone() * ctx.all_reduce(grad_bytes.clone(), &ring);
     let scatter = calls.clone() * ctx.gather(grad_bytes.clone(), &shard);
-    let reduce = several.clone() * ((k(1.0) - z1.clone()) * all_reduce + z1.clone() * scatter)
-        + tied_embedding_reduce(ctx);
+    let (reduce, compression) = match &ctx.grad_compression {
+        None => {
+            let all_reduce = calls.clone() * ctx.all_reduce(grad_bytes.clone(), &ring);
+            let reduce = several.clone()
+                * ((k(1.0) - z1.clone()) * all_reduce + z1.clone() * scatter)
+                + tied_embedding_reduce(ctx);
+            (reduce, None)
+        }
+        Some(c) => {
+            let (layers, edges) = bucket_classes(ctx, c, &ring);
+            let base =
+                ctx.bind(several.clone() * z1.clone() * scatter + tied_embedding_reduce(ctx));
+            let applies = ctx.bind(several.clone() * (k(1.0) - z1.clone()));
+            let reduce =
+                base.clone() + applies.clone() * (layers.whole.clone() + edges.whole.clone());
+            let classes = CompressionClasses {
+                base,
+                applies,
+                layers,
+                edges,
+            };
+            (reduce, Some(classes))
+        }
+    };
     let gather_calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.param_gather));
     let gather = several
         * z1.clone()
@@ -183,7 +317,68 @@ pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
         gather,
         gather_calls,
         replica_reduce,
+        compression,
     }
+}
+
+/// With compression, the reduction's exposed seconds (by `exposed`, which applies the overlap
+/// to a reduction's traffic) with each class of buckets sent whole or compressed, whichever of
+/// the four choices is fastest, its compute included; with 1 for each class compressed and the
+/// state it keeps. Compression's compute runs on the GPU beside the backward, so it hides behind
+/// nothing.
+pub(crate) fn choose_compression(
+    classes: &CompressionClasses,
+    exposed: &dyn Fn(Expr) -> Expr,
+) -> (Expr, CompressionCost) {
+    let c = classes;
+    let time = |layers: bool, edges: bool| {
+        let pick = |class: &BucketClass, compressed: bool| {
+            if compressed {
+                (class.compressed.clone(), class.compute.clone())
+            } else {
+                (class.whole.clone(), k(0.0))
+            }
+        };
+        let (traffic_l, compute_l) = pick(&c.layers, layers);
+        let (traffic_e, compute_e) = pick(&c.edges, edges);
+        let reduce = c.base.clone() + c.applies.clone() * (traffic_l + traffic_e);
+        exposed(reduce) + c.applies.clone() * (compute_l + compute_e)
+    };
+    let [neither, edges_only, layers_only, both] =
+        [(false, false), (false, true), (true, false), (true, true)].map(|(l, e)| time(l, e));
+    let layers = cheaper(
+        Expr::min([neither.clone(), edges_only.clone()]),
+        Expr::min([layers_only.clone(), both.clone()]),
+    );
+    let edges = cheaper(
+        Expr::min([neither.clone(), layers_only.clone()]),
+        Expr::min([edges_only.clone(), both.clone()]),
+    );
+    let state_bytes = c.applies.clone()
+        * (layers.clone() * c.layers.state_bytes.clone()
+            + edges.clone() * c.edges.state_bytes.clone());
+    let tail = Expr::min([neither, edges_only, layers_only, both]);
+    (
+        tail,
+        CompressionCost {
+            state_bytes,
+            layers,
+            edges,
+        },
+    )
+}
+
+/// What the chosen compression keeps, and whether each class of buckets goes compressed.
+pub(crate) struct CompressionCost {
+    pub state_bytes: Expr,
+    pub layers: Expr,
+    pub edges: Expr,
+}
+
+/// 1 where `alternative` is faster than `plain`, else 0.
+fn cheaper(plain: Expr, alternative: Expr) -> Expr {
+    let gain = plain - alternative;
+    Expr::max([gain.clone(), k(0.0)]) / Expr::max([gain, k(1e-12)])
 }
 
 fn tied_embedding_reduce(ctx: &Ctx) -> Expr {

@@ -186,6 +186,9 @@ pub(crate) struct Ctx {
     /// LoRA or LoRA-FA fine-tuning: the model's weights are frozen and only adapters train;
     /// `None` when every weight trains.
     pub adapters: Option<Adapters>,
+    /// How data-parallel gradients are compressed (`train.grad_compression`); `auto` is costed
+    /// without (the planner tries each method beside), and adapters are sent whole.
+    pub grad_compression: Option<tessel_grammar::GradCompression>,
 }
 
 /// What `train.finetune` trains: rank-`rank` adapters on the targeted projections.
@@ -310,6 +313,10 @@ impl Ctx {
             overlap: train.overlap(false),
             overlap_zero3: train.overlap(true),
             host_link: cluster.host_link,
+            grad_compression: train.grad_compression.filter(|c| {
+                c.method != tessel_grammar::CompressionMethod::Auto
+                    && !train.finetune.is_some_and(|f| f.is_adapter())
+            }),
             adapters: train.finetune.filter(|f| f.is_adapter()).map(|f| Adapters {
                 rank: f.rank as f64,
                 // `auto` is costed as LoRA; the planner tries LoRA-FA beside it.

@@ -10,7 +10,8 @@ use super::layout::{microbatches, stage_layers, validate_strategy};
 use super::slots::{slot_values, Output, Slot};
 use super::stage_exprs::StagedExprs;
 use super::{
-    CostError, Estimate, MemoryBreakdown, PipelineShape, StageCost, StageEstimate, TimeBreakdown,
+    CompressedBuckets, CostError, Estimate, MemoryBreakdown, PipelineShape, StageCost,
+    StageEstimate, TimeBreakdown,
 };
 use crate::uncertainty::{PredictionInterval, RunTraits};
 use crate::{Expr, Program, Symbol};
@@ -253,6 +254,10 @@ pub(crate) fn estimate_stages(
     add_tail(&mut time, &outputs[tail_stage]);
     time.bubble = (pipeline_part - m * costs[critical].microbatch_s).max(0.0);
 
+    let compresses = spec
+        .train
+        .grad_compression
+        .is_some_and(|c| c.method != tessel_grammar::CompressionMethod::Auto);
     let stages: Vec<StageEstimate> = outputs
         .iter()
         .zip(&costs)
@@ -266,6 +271,10 @@ pub(crate) fn estimate_stages(
                 layers: layers[stage],
                 memory: scale_memory(&cost.memory, 1.0 / GIB),
                 time: stage_time,
+                compressed: compresses.then(|| CompressedBuckets {
+                    layers: out[Output::CompressedLayerBuckets.index()] > 0.5,
+                    edges: out[Output::CompressedEdgeBuckets.index()] > 0.5,
+                }),
             }
         })
         .collect();

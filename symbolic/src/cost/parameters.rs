@@ -136,6 +136,18 @@ fn adapter_layer_params(ctx: &Ctx, adapters: &Adapters, trained_only: bool) -> E
     params
 }
 
+/// Elements of PowerSGD's rank-`rank` factors `P` and `Q` of one (average) layer's weight
+/// matrices on one GPU: `rank·(rows + cols)` per local matrix, the shapes of rank-`rank`
+/// adapters on every projection.
+pub(crate) fn powersgd_layer_factors(ctx: &Ctx, rank: f64) -> Expr {
+    let every = Adapters {
+        rank,
+        frozen_a: false,
+        targets: tessel_grammar::LoraTargets::ALL,
+    };
+    adapter_layer_params(ctx, &every, false)
+}
+
 /// Adapter parameters one GPU of this pipeline device holds, trained or frozen (LoRA-FA's
 /// `A`); none without adapters.
 pub(crate) fn adapter_stage_params(ctx: &Ctx) -> Expr {

@@ -162,10 +162,14 @@ pub enum Output {
     OptimizerStates,
     Activations,
     Buffers,
+    /// Gradient compression: 1 where the layers' buckets, or the embedding's and output
+    /// layer's, go compressed.
+    CompressedLayerBuckets,
+    CompressedEdgeBuckets,
 }
 
 impl Output {
-    pub const ALL: [Output; 16] = [
+    pub const ALL: [Output; 18] = [
         Output::Compute,
         Output::Recompute,
         Output::TpComm,
@@ -182,6 +186,8 @@ impl Output {
         Output::OptimizerStates,
         Output::Activations,
         Output::Buffers,
+        Output::CompressedLayerBuckets,
+        Output::CompressedEdgeBuckets,
     ];
 
     pub fn index(self) -> usize {

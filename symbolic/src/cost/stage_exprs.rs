@@ -4,7 +4,8 @@
 
 use super::calibration::{Calibration, KernelEfficiency};
 use super::communication::{
-    cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch, tp_layer_passes, zero3_microbatch,
+    choose_compression, cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch,
+    tp_layer_passes, zero3_microbatch,
 };
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx};
@@ -196,18 +197,31 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         ctx.layers.clone() * backward.clone(),
         ctx.overlap.grad_reduce,
     );
-    let dp_tail = (k(1.0) - z3)
-        * (exposed(
-            dp.reduce,
-            dp.reduce_calls,
-            ctx.layers.clone() * backward,
+    let reduce_window = ctx.layers.clone() * backward.clone();
+    let reduce_calls = dp.reduce_calls.clone();
+    let exposed_reduce = |reduce: Expr| {
+        exposed(
+            reduce,
+            reduce_calls.clone(),
+            reduce_window.clone(),
             ctx.overlap.grad_reduce,
-        ) + exposed(
-            dp.gather,
-            dp.gather_calls,
-            ctx.layers.clone() * forward,
-            ctx.overlap.param_gather,
-        ))
+        )
+    };
+    let (reduce_tail, compression) = match &dp.compression {
+        None => (exposed_reduce(dp.reduce.clone()), None),
+        Some(classes) => {
+            let (tail, cost) = choose_compression(classes, &exposed_reduce);
+            (tail, Some(cost))
+        }
+    };
+    let dp_tail = (k(1.0) - z3)
+        * (reduce_tail
+            + exposed(
+                dp.gather,
+                dp.gather_calls,
+                ctx.layers.clone() * forward,
+                ctx.overlap.param_gather,
+            ))
         + replica_tail;
     let optimizer_tail = (k(1.0) - ctx.off_opt.clone())
         * ctx.memory_bound(local_optimizer_params.clone() * ctx.bytes.optimizer_step);
@@ -231,7 +245,15 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     set(Output::OptimizerTail, optimizer_tail);
     set(Output::OffloadTail, offload_tail);
     set(Output::Weights, memory.weights);
-    set(Output::Gradients, memory.gradients);
+    match compression {
+        None => set(Output::Gradients, memory.gradients),
+        Some(c) => {
+            let state = (k(1.0) - ctx.off_g.clone()) * c.state_bytes;
+            set(Output::Gradients, memory.gradients + state);
+            set(Output::CompressedLayerBuckets, c.layers);
+            set(Output::CompressedEdgeBuckets, c.edges);
+        }
+    }
     set(Output::OptimizerStates, memory.optimizer);
     set(Output::Activations, memory.activations);
     set(Output::Buffers, memory.buffers);

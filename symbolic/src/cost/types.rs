@@ -98,6 +98,18 @@ pub struct StageEstimate {
     pub memory: MemoryBreakdown,
     /// Seconds, for one step.
     pub time: TimeBreakdown,
+    /// With `train.grad_compression`, which of the stage's bucket classes go compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compressed: Option<CompressedBuckets>,
+}
+
+/// Which classes of data-parallel gradient buckets a stage sends compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressedBuckets {
+    /// The transformer layers' gradients.
+    pub layers: bool,
+    /// The embedding's and output layer's.
+    pub edges: bool,
 }
 
 /// The prediction for one fixed configuration: what `tessel estimate --format json` prints and
