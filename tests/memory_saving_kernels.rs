@@ -6,33 +6,20 @@
 
 mod common;
 
-use common::{stdout, tessel};
+use common::{plan_explained_and_current, stdout, tessel};
 use serde_json::Value;
 
 #[test]
 fn auto_turns_the_kernels_on_where_memory_binds_and_the_plan_trains() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plan = dir.path().join("tempo.json").display().to_string();
-    let shown = stdout(&tessel(&[
-        "plan",
-        "specs/gpt2-xl-tempo.tsl",
-        "--explain",
-        "-o",
-        &plan,
-    ]));
+    let shown = plan_explained_and_current("specs/gpt2-xl-tempo.tsl", &plan);
     assert!(
         shown.contains("kernels      Tempo's in-place GELU and norms"),
         "{shown}"
     );
     assert!(shown.contains("stages       recompute none"), "{shown}");
     assert!(shown.contains("memory_saving_kernels: on: "), "{shown}");
-    let check = stdout(&tessel(&[
-        "plan",
-        "specs/gpt2-xl-tempo.tsl",
-        "--check",
-        &plan,
-    ]));
-    assert!(check.starts_with("current:"), "{check}");
     let exported = stdout(&tessel(&["export", &plan, "--to", "megatron"]));
     assert!(
         exported.contains("memory_saving_kernels = true"),

@@ -1,51 +1,18 @@
 //! Every parallel configuration must train the same global model as one rank: five steps of
 //! a tiny model give the same losses and final parameters (relative error ≤ 1e-4).
 
+mod common;
+
+use common::{comparison_options, gelu_layernorm, rel, swiglu_rmsnorm};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-use tessel_grammar::{
-    MlpKind, ModelSpec, MoeSpec, NormKind, Offload, PositionKind, Recompute, Strategy,
-};
-use tessel_runtime::backend::AdamParams;
+use tessel_grammar::{ModelSpec, MoeSpec, Offload, Recompute, Strategy};
 use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions, LaunchReport};
 
 const GLOBAL_BATCH: u64 = 8;
 const SEQ: u64 = 8;
 const STEPS: u64 = 5;
 const TOL: f64 = 1e-4;
-
-fn gelu_layernorm() -> ModelSpec {
-    ModelSpec {
-        name: "tiny-gelu".into(),
-        layers: 4,
-        hidden: 16,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 4,
-        ffn_hidden: 32,
-        vocab: 32,
-        mlp: MlpKind::Gelu,
-        norm: NormKind::Layernorm,
-        tie_embeddings: true,
-        bias: true,
-        max_seq_len: Some(16),
-        position: PositionKind::Learned,
-        moe: None,
-    }
-}
-
-fn swiglu_rmsnorm() -> ModelSpec {
-    ModelSpec {
-        name: "tiny-swiglu".into(),
-        mlp: MlpKind::Swiglu,
-        norm: NormKind::Rmsnorm,
-        tie_embeddings: false,
-        bias: false,
-        position: PositionKind::Rope,
-        max_seq_len: None,
-        ..gelu_layernorm()
-    }
-}
 
 fn moe_swiglu() -> ModelSpec {
     ModelSpec {
@@ -137,19 +104,7 @@ impl S {
 }
 
 fn options() -> LaunchOptions {
-    LaunchOptions {
-        // A larger epsilon keeps Adam from turning rounding noise in gradients that are zero
-        // in exact arithmetic (the key bias: softmax ignores a per-query constant) into
-        // full-size steps.
-        adam: AdamParams {
-            lr: 3e-2,
-            eps: 1e-4,
-            ..AdamParams::default()
-        },
-        collect_parameters: true,
-        seed: 11,
-        ..LaunchOptions::new(STEPS)
-    }
+    comparison_options(STEPS)
 }
 
 fn run(model: &ModelSpec, s: &S) -> LaunchReport {
@@ -171,18 +126,6 @@ fn reference(model: &ModelSpec) -> &'static LaunchReport {
         Box::leak(Box::new(launch_cpu(model, &plan, &options()).unwrap()));
     cache.lock().unwrap().insert(model.name.clone(), report);
     report
-}
-
-fn rel(a: &[f32], b: &[f32]) -> f64 {
-    let scale = b
-        .iter()
-        .fold(0.0f64, |m, &x| m.max(f64::from(x).abs()))
-        .max(1e-6);
-    let diff = a
-        .iter()
-        .zip(b)
-        .fold(0.0f64, |m, (&x, &y)| m.max(f64::from(x - y).abs()));
-    diff / scale
 }
 
 fn assert_same_training(model: &ModelSpec, s: S) {

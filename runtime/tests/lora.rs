@@ -2,10 +2,11 @@
 //! rank (losses and final parameters within 1e-4), the model's own weights (and LoRA-FA's
 //! `A`s) do not move, and the adapters learn.
 
+mod common;
+
+use common::{comparison_options, gelu_layernorm, rel, swiglu_rmsnorm};
 use std::collections::BTreeMap;
-use tessel_grammar::{
-    LoraTargets, MlpKind, ModelSpec, NormKind, PositionKind, Recompute, Strategy,
-};
+use tessel_grammar::{LoraTargets, ModelSpec, Recompute, Strategy};
 use tessel_runtime::backend::AdamParams;
 use tessel_runtime::model::lora::Adapters;
 use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions, LaunchReport, RuntimeError};
@@ -14,41 +15,6 @@ const GLOBAL_BATCH: u64 = 8;
 const SEQ: u64 = 8;
 const STEPS: u64 = 5;
 const TOL: f64 = 1e-4;
-
-/// Swiglu, RoPE and grouped-query attention: the Llama shape.
-fn swiglu() -> ModelSpec {
-    ModelSpec {
-        name: "tiny-swiglu".into(),
-        layers: 4,
-        hidden: 16,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 4,
-        ffn_hidden: 32,
-        vocab: 32,
-        mlp: MlpKind::Swiglu,
-        norm: NormKind::Rmsnorm,
-        tie_embeddings: false,
-        bias: false,
-        max_seq_len: None,
-        position: PositionKind::Rope,
-        moe: None,
-    }
-}
-
-/// Gelu, LayerNorm, biases, learned positions and tied embeddings: the GPT shape.
-fn gelu() -> ModelSpec {
-    ModelSpec {
-        name: "tiny-gelu".into(),
-        mlp: MlpKind::Gelu,
-        norm: NormKind::Layernorm,
-        tie_embeddings: true,
-        bias: true,
-        max_seq_len: Some(16),
-        position: PositionKind::Learned,
-        ..swiglu()
-    }
-}
 
 fn lora(frozen_a: bool) -> Adapters {
     Adapters {
@@ -59,16 +25,7 @@ fn lora(frozen_a: bool) -> Adapters {
 }
 
 fn options() -> LaunchOptions {
-    LaunchOptions {
-        adam: AdamParams {
-            lr: 3e-2,
-            eps: 1e-4,
-            ..AdamParams::default()
-        },
-        collect_parameters: true,
-        seed: 11,
-        ..LaunchOptions::new(STEPS)
-    }
+    comparison_options(STEPS)
 }
 
 fn strategy(dp: u64, tp: u64, pp: u64, microbatch: u64) -> Strategy {
@@ -87,18 +44,6 @@ fn run(model: &ModelSpec, s: &Strategy, adapters: Adapters) -> LaunchReport {
     plan.seed = 5;
     plan.adapters = Some(adapters);
     launch_cpu(model, &plan, &options()).unwrap()
-}
-
-fn rel(a: &[f32], b: &[f32]) -> f64 {
-    let scale = b
-        .iter()
-        .fold(0.0f64, |m, &x| m.max(f64::from(x).abs()))
-        .max(1e-6);
-    let diff = a
-        .iter()
-        .zip(b)
-        .fold(0.0f64, |m, (&x, &y)| m.max(f64::from(x - y).abs()));
-    diff / scale
 }
 
 fn assert_same_training(model: &ModelSpec, s: Strategy, adapters: Adapters) {
@@ -149,7 +94,7 @@ fn initial(model: &ModelSpec, adapters: Adapters) -> BTreeMap<String, Vec<f32>> 
 #[test]
 fn only_the_adapters_train_and_they_learn() {
     for frozen_a in [false, true] {
-        let model = swiglu();
+        let model = swiglu_rmsnorm();
         let start = initial(&model, lora(frozen_a));
         let report = run(&model, &strategy(1, 1, 1, GLOBAL_BATCH), lora(frozen_a));
         let end = report.parameters.as_ref().unwrap();
@@ -174,23 +119,23 @@ fn only_the_adapters_train_and_they_learn() {
 
 #[test]
 fn lora_tp2() {
-    assert_same_training(&swiglu(), strategy(1, 2, 1, 4), lora(false));
+    assert_same_training(&swiglu_rmsnorm(), strategy(1, 2, 1, 4), lora(false));
 }
 
 #[test]
 fn lora_fa_tp2_gelu_with_biases() {
-    assert_same_training(&gelu(), strategy(1, 2, 1, 4), lora(true));
+    assert_same_training(&gelu_layernorm(), strategy(1, 2, 1, 4), lora(true));
 }
 
 /// Four tensor ranks over two key/value heads: the key and value `B`s are replicated in pairs.
 #[test]
 fn lora_tp4_replicated_kv_heads() {
-    assert_same_training(&swiglu(), strategy(1, 4, 1, 8), lora(false));
+    assert_same_training(&swiglu_rmsnorm(), strategy(1, 4, 1, 8), lora(false));
 }
 
 #[test]
 fn lora_pp2_tied_embeddings() {
-    assert_same_training(&gelu(), strategy(1, 1, 2, 2), lora(false));
+    assert_same_training(&gelu_layernorm(), strategy(1, 1, 2, 2), lora(false));
 }
 
 #[test]
@@ -199,7 +144,7 @@ fn lora_fa_dp2_zero1() {
         zero: 1,
         ..strategy(2, 1, 1, 2)
     };
-    assert_same_training(&swiglu(), s, lora(true));
+    assert_same_training(&swiglu_rmsnorm(), s, lora(true));
 }
 
 #[test]
@@ -209,7 +154,7 @@ fn lora_tp2_sp_pp2_dp2_zero2() {
         sequence_parallel: true,
         ..strategy(2, 2, 2, 2)
     };
-    assert_same_training(&swiglu(), s, lora(false));
+    assert_same_training(&swiglu_rmsnorm(), s, lora(false));
 }
 
 #[test]
@@ -219,7 +164,7 @@ fn lora_fa_tp2_pp2_full_recompute_and_cp2() {
         recompute: Recompute::Full,
         ..strategy(1, 2, 2, 2)
     };
-    assert_same_training(&gelu(), s, lora(true));
+    assert_same_training(&gelu_layernorm(), s, lora(true));
 }
 
 #[test]
@@ -233,8 +178,8 @@ fn targets_subset_trains_only_those_adapters() {
         ..lora(false)
     };
     let s = strategy(1, 2, 2, 2);
-    assert_same_training(&swiglu(), s, attention_only);
-    let names = initial(&swiglu(), attention_only);
+    assert_same_training(&swiglu_rmsnorm(), s, attention_only);
+    let names = initial(&swiglu_rmsnorm(), attention_only);
     let adapters: Vec<&String> = names.keys().filter(|n| n.contains(".lora_")).collect();
     assert_eq!(adapters.len(), 4 * 3 * 2);
     assert!(adapters.iter().all(|n| n.contains(".attn.w")));
@@ -242,10 +187,10 @@ fn targets_subset_trains_only_those_adapters() {
 
 #[test]
 fn unsupported_combinations_are_refused() {
-    let mut plan = ExecutionPlan::single_rank(&swiglu(), GLOBAL_BATCH, SEQ).unwrap();
+    let mut plan = ExecutionPlan::single_rank(&swiglu_rmsnorm(), GLOBAL_BATCH, SEQ).unwrap();
     plan.adapters = Some(lora(false));
     plan.zero = 3;
-    let err = launch_cpu(&swiglu(), &plan, &options()).unwrap_err();
+    let err = launch_cpu(&swiglu_rmsnorm(), &plan, &options()).unwrap_err();
     assert!(matches!(err, RuntimeError::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("ZeRO-3"), "{err}");
 }

@@ -41,3 +41,12 @@ pub fn launch_cpu(plan: &std::path::Path, steps: &str, extra: &[&str]) -> serde_
     args.extend_from_slice(extra);
     serde_json::from_str(&stdout(&tessel(&args))).expect("launch prints JSON")
 }
+
+/// `tessel plan SPEC --explain -o PLAN`'s output, after checking that `tessel plan SPEC --check
+/// PLAN` finds the plan it wrote current.
+pub fn plan_explained_and_current(spec: &str, plan: &str) -> String {
+    let shown = stdout(&tessel(&["plan", spec, "--explain", "-o", plan]));
+    let check = stdout(&tessel(&["plan", spec, "--check", plan]));
+    assert!(check.starts_with("current:"), "{check}");
+    shown
+}
