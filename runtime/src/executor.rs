@@ -255,7 +255,11 @@ impl<'a, B: Backend> Rank<'a, B> {
         let resume = self.setup.resume;
         for p in &spec.params {
             let (rows, cols) = p.local_shape();
-            let data = match resume {
+            // Adapters a checkpoint lacks (fine-tuning from a pretrained model's) start anew.
+            let adapter = |c: &Checkpoint| {
+                crate::model::lora::is_adapter(&p.name) && !c.has(&p.name, StateKind::Param)
+            };
+            let data = match resume.filter(|c| !adapter(c)) {
                 Some(checkpoint) => {
                     let (data, sources) = checkpoint.block_with_sources(p, StateKind::Param)?;
                     add_sources(&mut self.resumed_from, sources);
@@ -281,7 +285,9 @@ impl<'a, B: Backend> Rank<'a, B> {
         // Adam's moments: zero, or this rank's part of the group's flat buffer of them.
         let mut sources = BTreeMap::new();
         let mut moment = |state: StateKind| -> Result<B::Tensor, RuntimeError> {
-            let Some(checkpoint) = resume.filter(|_| owned > 0) else {
+            // Frozen groups have no moments; adapters new to the checkpoint start at zero.
+            let held = |c: &&Checkpoint| spec.params.iter().all(|p| c.has(&p.name, state));
+            let Some(checkpoint) = resume.filter(|c| owned > 0 && held(c)) else {
                 return Ok(b.zeros(owned, 1));
             };
             let mut flat = Vec::with_capacity(padded);
@@ -1119,11 +1125,14 @@ impl<'a, B: Backend> Rank<'a, B> {
             let mut offset = 0;
             for p in &g.spec.params {
                 let n = p.local_len();
-                for (state, flat) in [
+                // A frozen parameter has its value alone.
+                let states = [
                     (StateKind::Param, &weights),
                     (StateKind::AdamM, &m),
                     (StateKind::AdamV, &v),
-                ] {
+                ];
+                let kept = if g.spec.frozen { 1 } else { states.len() };
+                for (state, flat) in states.into_iter().take(kept) {
                     pieces.push(StatePiece {
                         param: p.clone(),
                         state,

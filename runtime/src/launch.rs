@@ -3,7 +3,7 @@
 use crate::backend::cpu::CpuBackend;
 use crate::backend::shared_memory::World;
 use crate::backend::AdamParams;
-use crate::checkpoint::{create_folder, Checkpoint, InjectedFailure, ReshardSource};
+use crate::checkpoint::{create_folder, Checkpoint, InjectedFailure, ReshardSource, StateKind};
 use crate::data::{DataSource, TokenStream};
 use crate::error::RuntimeError;
 use crate::executor::{run_rank, RankOutput, RunSetup};
@@ -150,13 +150,6 @@ pub fn launch_cpu(
 ) -> Result<LaunchReport, RuntimeError> {
     validate_model(model)?;
     plan.validate(model)?;
-    if plan.adapters.is_some() && (options.resume_from.is_some() || options.checkpoint_to.is_some())
-    {
-        return Err(RuntimeError::unsupported(
-            "checkpoints of adapter fine-tuning (the runtime's checkpoints hold every \
-             parameter's optimizer state)",
-        ));
-    }
     let schedule = PipelineSchedule::interleaved(plan.pp, plan.microbatches, plan.interleave)
         .map_err(|e| RuntimeError::invalid_plan(e.to_string()))?;
     let stream = TokenStream::new(
@@ -173,7 +166,14 @@ pub fn launch_cpu(
         .map(Checkpoint::read)
         .transpose()?;
     if let Some(checkpoint) = &resume {
-        checkpoint.check(&whole_model_params(model, plan.seq_len))?;
+        // Fine-tuning with adapters reads the model's weights alone (from a pretraining
+        // checkpoint or its own); its adapters and their moments when the checkpoint has them.
+        let states = if plan.adapters.is_some() {
+            &[StateKind::Param][..]
+        } else {
+            &StateKind::ALL[..]
+        };
+        checkpoint.check(&whole_model_params(model, plan.seq_len), states)?;
     }
     if let Some(dir) = &options.checkpoint_to {
         create_folder(dir)?;

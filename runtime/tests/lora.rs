@@ -8,6 +8,7 @@ use common::{comparison_options, gelu_layernorm, rel, swiglu_rmsnorm};
 use std::collections::BTreeMap;
 use tessel_grammar::{LoraTargets, ModelSpec, Recompute, Strategy};
 use tessel_runtime::backend::AdamParams;
+use tessel_runtime::checkpoint::reshard_sources;
 use tessel_runtime::model::lora::Adapters;
 use tessel_runtime::{launch_cpu, ExecutionPlan, LaunchOptions, LaunchReport, RuntimeError};
 
@@ -193,4 +194,70 @@ fn unsupported_combinations_are_refused() {
     let err = launch_cpu(&swiglu_rmsnorm(), &plan, &options()).unwrap_err();
     assert!(matches!(err, RuntimeError::Unsupported { .. }), "{err}");
     assert!(err.to_string().contains("ZeRO-3"), "{err}");
+}
+
+/// A plan of `s` with `adapters`, seeded as the other runs.
+fn plan_of(s: &Strategy, adapters: Option<Adapters>) -> ExecutionPlan {
+    let mut plan = ExecutionPlan::from_strategy(&swiglu_rmsnorm(), s, GLOBAL_BATCH, SEQ).unwrap();
+    plan.seed = 5;
+    plan.adapters = adapters;
+    plan
+}
+
+fn run_with(
+    plan: &ExecutionPlan,
+    steps: u64,
+    resume: Option<&std::path::Path>,
+    save: Option<&std::path::Path>,
+) -> LaunchReport {
+    let options = LaunchOptions {
+        resume_from: resume.map(Into::into),
+        checkpoint_to: save.map(Into::into),
+        ..LaunchOptions { steps, ..options() }
+    };
+    launch_cpu(&swiglu_rmsnorm(), plan, &options).unwrap()
+}
+
+/// Fine-tuning starts from a pretraining checkpoint: its first loss is the pretrained model's
+/// (the adapters' `B` start at zero) and the model's weights stay the checkpoint's. Its own
+/// checkpoint (weights, adapters and their moments) resumes under another plan and continues
+/// as the uninterrupted run does.
+#[test]
+fn fine_tuning_resumes_pretraining_and_its_own_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pretrained, tuned) = (dir.path().join("pretrained"), dir.path().join("tuned"));
+    let one = strategy(1, 1, 1, GLOBAL_BATCH);
+    let full = run_with(&plan_of(&one, None), 4, None, None);
+    run_with(&plan_of(&one, None), 3, None, Some(&pretrained));
+    let lora_plan = plan_of(&one, Some(lora(false)));
+    let whole = run_with(&lora_plan, 4, Some(&pretrained), None);
+    assert!(
+        ((whole.losses[0] - full.losses[3]) / full.losses[3]).abs() < 1e-6,
+        "{} vs {}",
+        whole.losses[0],
+        full.losses[3]
+    );
+    let start = run_with(&plan_of(&one, None), 3, None, None);
+    let (before, after) = (
+        start.parameters.as_ref().unwrap(),
+        whole.parameters.as_ref().unwrap(),
+    );
+    for (name, value) in before {
+        assert_eq!(&after[name], value, "{name} is frozen");
+    }
+    // What the run read is what `tessel replan` prices: the model's weights alone.
+    let sources = reshard_sources(&swiglu_rmsnorm(), &plan_of(&one, None), &lora_plan);
+    assert_eq!(whole.resharded, sources);
+    // Two steps, saved, then two more under tp 2: weights, adapters and their moments.
+    let first = run_with(&lora_plan, 2, Some(&pretrained), Some(&tuned));
+    let tp2 = plan_of(&strategy(1, 2, 1, 4), Some(lora(false)));
+    let second = run_with(&tp2, 2, Some(&tuned), None);
+    assert_eq!(
+        second.resharded,
+        reshard_sources(&swiglu_rmsnorm(), &lora_plan, &tp2)
+    );
+    let resumed: Vec<f64> = first.losses.iter().chain(&second.losses).copied().collect();
+    for (step, (a, b)) in resumed.iter().zip(&whole.losses).enumerate() {
+        assert!(((a - b) / b).abs() <= TOL, "step {step}: {a} vs {b}");
+    }
 }

@@ -304,9 +304,9 @@ impl Checkpoint {
 
     /// Checks that the checkpoint holds every state of each of `params` (whole tensors) at
     /// its shape, naming the first it does not.
-    pub fn check(&self, params: &[ParamSpec]) -> Result<(), RuntimeError> {
+    pub fn check(&self, params: &[ParamSpec], states: &[StateKind]) -> Result<(), RuntimeError> {
         for p in params {
-            for state in StateKind::ALL {
+            for &state in states {
                 let pieces = self.index.get(&(p.name.clone(), state));
                 let shape = pieces
                     .and_then(|pieces| pieces.first())
@@ -324,6 +324,11 @@ impl Checkpoint {
             }
         }
         Ok(())
+    }
+
+    /// Whether the checkpoint holds `state` of the parameter `name`.
+    pub fn has(&self, name: &str, state: StateKind) -> bool {
+        self.index.contains_key(&(name.to_string(), state))
     }
 
     /// `state` of the parameter's local rectangle, row-major, assembled from the pieces that

@@ -3,9 +3,10 @@
 //! layouts the runtime writes and reads, so it is what the runtime moves.
 //!
 //! Under the old plan the first of each group's replicas writes each parameter's rectangle
-//! (with both Adam moments); pieces with the same rectangle (replicated key/value heads, a tied
-//! embedding's copy) are read from the lowest rank. Each rank of the new plan reads every
-//! rectangle it holds, the moments whole, and keeps its ZeRO shard of them.
+//! (with both Adam moments, but for frozen parameters); pieces with the same rectangle
+//! (replicated key/value heads, a tied embedding's copy) are read from the lowest rank. Each
+//! rank of the new plan reads every rectangle it holds, the moments whole where it trains the
+//! parameter and the checkpoint has them, and keeps its ZeRO shard of them.
 
 use std::collections::BTreeMap;
 
@@ -27,24 +28,31 @@ pub struct ReshardSource {
     pub elements: u64,
 }
 
-/// The pieces a checkpoint of `plan` holds, by parameter name: (rank, rectangle) sorted by
-/// offsets then rank, identical rectangles once.
-fn written(model: &ModelSpec, plan: &ExecutionPlan) -> BTreeMap<String, Vec<(u64, ParamSpec)>> {
+/// A written piece: its rank, its rectangle and whether its moments were written too.
+type Piece = (u64, ParamSpec, bool);
+
+/// The pieces a checkpoint of `plan` holds, by parameter name, sorted by offsets then rank,
+/// identical rectangles once.
+fn written(model: &ModelSpec, plan: &ExecutionPlan) -> BTreeMap<String, Vec<Piece>> {
     let mesh = Mesh::new(plan);
-    let mut pieces: BTreeMap<String, Vec<(u64, ParamSpec)>> = BTreeMap::new();
+    let mut pieces: BTreeMap<String, Vec<Piece>> = BTreeMap::new();
     for rank in 0..plan.world_size() {
         for group in rank_groups(model, plan, mesh.coords(rank)) {
             if mesh.group(group.replication, rank).first() != Some(&rank) {
                 continue;
             }
             for p in group.params {
-                pieces.entry(p.name.clone()).or_default().push((rank, p));
+                let moments = !group.frozen;
+                pieces
+                    .entry(p.name.clone())
+                    .or_default()
+                    .push((rank, p, moments));
             }
         }
     }
     for list in pieces.values_mut() {
-        list.sort_by_key(|(rank, p)| (p.row_range(), p.col_range(), *rank));
-        list.dedup_by_key(|(_, p)| (p.row_range(), p.col_range()));
+        list.sort_by_key(|(rank, p, _)| (p.row_range(), p.col_range(), *rank));
+        list.dedup_by_key(|(_, p, _)| (p.row_range(), p.col_range()));
     }
     pieces
 }
@@ -63,13 +71,17 @@ pub fn reshard_sources(
         for group in rank_groups(model, new, mesh.coords(to)) {
             for p in &group.params {
                 let ((r0, r1), (c0, c1)) = (p.row_range(), p.col_range());
-                for (from, q) in pieces.get(&p.name).into_iter().flatten() {
+                for (from, q, moments) in pieces.get(&p.name).into_iter().flatten() {
                     let ((q0, q1), (d0, d1)) = (q.row_range(), q.col_range());
                     let rows = r1.min(q1).saturating_sub(r0.max(q0));
                     let cols = c1.min(d1).saturating_sub(c0.max(d0));
+                    let states = if *moments && !group.frozen {
+                        StateKind::ALL.len() as u64
+                    } else {
+                        1
+                    };
                     if rows * cols > 0 {
-                        *pairs.entry((*from, to)).or_insert(0) +=
-                            rows * cols * StateKind::ALL.len() as u64;
+                        *pairs.entry((*from, to)).or_insert(0) += rows * cols * states;
                     }
                 }
             }

@@ -84,6 +84,11 @@ pub fn keeps_input(adapters: Option<&Adapters>, weights: &[&str]) -> bool {
     }
 }
 
+/// Whether parameter `name` is an adapter matrix.
+pub fn is_adapter(name: &str) -> bool {
+    name.ends_with(".lora_a") || name.ends_with(".lora_b")
+}
+
 /// Names of the two adapter matrices of `weight`.
 pub fn names(weight: &str) -> (String, String) {
     (format!("{weight}.lora_a"), format!("{weight}.lora_b"))
