@@ -301,11 +301,13 @@ pub fn forward<B: Backend>(
     if let Some(adapter) = lora::forward(env, values, (&wo, Parallel::Row), &attn, &mut out)? {
         adapters.push(("o", adapter));
     }
-    let inputs = input_weights(prefix);
-    let keep_x = lora::keeps_input(
-        env.adapters.as_ref(),
-        &inputs.each_ref().map(|w| w.as_str()),
-    );
+    let keep_x = env.adapters.is_none() || {
+        let inputs = input_weights(prefix);
+        lora::keeps_input(
+            env.adapters.as_ref(),
+            &inputs.each_ref().map(|w| w.as_str()),
+        )
+    };
     Ok((
         out,
         AttnCtx {

@@ -74,13 +74,13 @@ impl<T> NormKept<T> {
 }
 
 impl<T: Clone> NormKept<T> {
-    /// The norm keeps `output` where the memory-saving kernels are on (nothing of its own
-    /// where the GEMM after it keeps it too), else `input`.
-    fn of(env_saves: bool, input: &T, output: &T, gemm_keeps: bool) -> Self {
-        match (env_saves, gemm_keeps) {
-            (false, _) => NormKept::Input(input.clone()),
-            (true, false) => NormKept::Output(output.clone()),
-            (true, true) => NormKept::OutputKeptByGemm,
+    /// An in-place norm keeps `output`, or nothing of its own where the GEMM after it keeps
+    /// it too.
+    fn in_place(output: &T, gemm_keeps: bool) -> Self {
+        if gemm_keeps {
+            NormKept::OutputKeptByGemm
+        } else {
+            NormKept::Output(output.clone())
         }
     }
 
@@ -213,7 +213,11 @@ fn forward_saved<B: Backend>(
         keep_probs,
     )?;
     let saves = env.memory_saving_kernels;
-    let norm1 = NormKept::of(saves, x, &n1, attn.input().is_some());
+    let norm1 = if saves {
+        NormKept::in_place(&n1, attn.input().is_some())
+    } else {
+        NormKept::Input(x.clone())
+    };
     // Sequence parallelism keeps only this rank's shard of the gathered matmul inputs; the
     // backward gathers them again.
     if env.sp_active() {
@@ -236,7 +240,7 @@ fn forward_saved<B: Backend>(
         (y, FfnCtx::Dense(c))
     };
     drop(n2_full);
-    let norm2 = NormKept::of(saves, &h, &n2, ffn.input().is_some());
+    let norm2 = saves.then(|| NormKept::in_place(&n2, ffn.input().is_some()));
     if env.sp_active() {
         ffn.set_input(n2);
     }
@@ -252,7 +256,7 @@ fn forward_saved<B: Backend>(
         Saved {
             norm1,
             stats1,
-            norm2,
+            norm2: norm2.unwrap_or(NormKept::Input(h)),
             stats2,
             attn,
             ffn,

@@ -94,14 +94,14 @@ pub fn forward<B: Backend>(
     x: &B::Tensor,
 ) -> Result<(B::Tensor, MlpCtx<B::Tensor>), RuntimeError> {
     let b = env.b;
-    let weights: Vec<String> = lora::mlp_weights(env.model)
-        .iter()
-        .map(|w| format!("{prefix}.{w}"))
-        .collect();
-    let keep = lora::keeps_input(
-        env.adapters.as_ref(),
-        &weights.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
+    let keep = env.adapters.is_none() || {
+        let weights: Vec<String> = lora::mlp_weights(env.model)
+            .iter()
+            .map(|w| format!("{prefix}.{w}"))
+            .collect();
+        let names: Vec<&str> = weights.iter().map(String::as_str).collect();
+        lora::keeps_input(env.adapters.as_ref(), &names)
+    };
     let mut adapters = Vec::new();
     let names = |w: &str| (format!("{prefix}.w{w}"), format!("{prefix}.b{w}"));
     let column = |w: &str, adapters: &mut Vec<_>| {
