@@ -6,24 +6,12 @@
 
 mod common;
 
-use common::{plan_explained_and_current, stdout, tessel};
+use common::{launch_cpu_scaled, plan_explained_and_current, stdout, tessel};
 use serde_json::Value;
 
 /// Launches `plan` at 1/64 scale for `steps` steps; its JSON report.
 fn launch(plan: &str, steps: &str) -> Value {
-    let out = stdout(&tessel(&[
-        "launch",
-        plan,
-        "--backend",
-        "cpu",
-        "--scale",
-        "0.015625",
-        "--steps",
-        steps,
-        "--format",
-        "json",
-    ]));
-    serde_json::from_str(&out).expect("launch prints JSON")
+    launch_cpu_scaled(plan, "0.015625", steps, &[])
 }
 
 fn losses(report: &Value) -> Vec<f64> {

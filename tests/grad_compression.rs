@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{plan_explained_and_current, stdout, tessel};
-use serde_json::Value;
+use common::{launch_cpu_scaled, plan_explained_and_current, stdout, tessel};
 
 #[test]
 fn auto_compresses_on_ethernet_and_not_on_infiniband() {
@@ -64,19 +63,7 @@ fn train_tiny(dir: &std::path::Path, name: &str, compression: &str) -> (String, 
         "-o",
         &plan,
     ]));
-    let report: Value = serde_json::from_str(&stdout(&tessel(&[
-        "launch",
-        &plan,
-        "--backend",
-        "cpu",
-        "--scale",
-        "1",
-        "--steps",
-        "400",
-        "--format",
-        "json",
-    ])))
-    .expect("launch prints JSON");
+    let report = launch_cpu_scaled(&plan, "1", "400", &[]);
     let losses: Vec<f64> = report["losses"]
         .as_array()
         .expect("losses")

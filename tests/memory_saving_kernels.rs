@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{plan_explained_and_current, stdout, tessel};
-use serde_json::Value;
+use common::{launch_cpu_scaled, plan_explained_and_current, stdout, tessel};
 
 #[test]
 fn auto_turns_the_kernels_on_where_memory_binds_and_the_plan_trains() {
@@ -25,19 +24,7 @@ fn auto_turns_the_kernels_on_where_memory_binds_and_the_plan_trains() {
         exported.contains("memory_saving_kernels = true"),
         "{exported}"
     );
-    let report: Value = serde_json::from_str(&stdout(&tessel(&[
-        "launch",
-        &plan,
-        "--backend",
-        "cpu",
-        "--scale",
-        "0.015625",
-        "--steps",
-        "2",
-        "--format",
-        "json",
-    ])))
-    .expect("launch prints JSON");
+    let report = launch_cpu_scaled(&plan, "0.015625", "2", &[]);
     let losses = report["losses"].as_array().expect("losses");
     assert!(losses
         .iter()

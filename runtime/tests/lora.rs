@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{comparison_options, gelu_layernorm, rel, swiglu_rmsnorm};
+use common::{assert_same_run, comparison_options, gelu_layernorm, rel, swiglu_rmsnorm};
 use std::collections::BTreeMap;
 use tessel_grammar::{LoraTargets, ModelSpec, Recompute, Strategy};
 use tessel_runtime::backend::AdamParams;
@@ -49,22 +49,7 @@ fn run(model: &ModelSpec, s: &Strategy, adapters: Adapters) -> LaunchReport {
 
 fn assert_same_training(model: &ModelSpec, s: Strategy, adapters: Adapters) {
     let expect = run(model, &strategy(1, 1, 1, GLOBAL_BATCH), adapters);
-    let got = run(model, &s, adapters);
-    for (step, (a, b)) in got.losses.iter().zip(&expect.losses).enumerate() {
-        assert!(
-            ((a - b) / b).abs() <= TOL,
-            "step {step}: loss {a} vs one rank's {b}"
-        );
-    }
-    let (gp, ep) = (
-        got.parameters.as_ref().unwrap(),
-        expect.parameters.as_ref().unwrap(),
-    );
-    assert_eq!(gp.keys().collect::<Vec<_>>(), ep.keys().collect::<Vec<_>>());
-    for (name, want) in ep {
-        let e = rel(&gp[name], want);
-        assert!(e <= TOL, "{name}: relative error {e}");
-    }
+    assert_same_run(&run(model, &s, adapters), &expect, TOL);
 }
 
 /// Parameters after zero steps: the model as it starts.

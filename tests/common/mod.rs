@@ -26,13 +26,24 @@ pub fn stdout(output: &Output) -> String {
 /// `tessel launch PLAN --backend cpu --scale 1 --steps STEPS --format json EXTRA...`, its
 /// report.
 pub fn launch_cpu(plan: &std::path::Path, steps: &str, extra: &[&str]) -> serde_json::Value {
+    launch_cpu_scaled(plan.to_str().expect("a UTF-8 path"), "1", steps, extra)
+}
+
+/// `tessel launch PLAN --backend cpu --scale SCALE --steps STEPS --format json EXTRA...`, its
+/// report.
+pub fn launch_cpu_scaled(
+    plan: &str,
+    scale: &str,
+    steps: &str,
+    extra: &[&str],
+) -> serde_json::Value {
     let mut args = vec![
         "launch",
-        plan.to_str().expect("a UTF-8 path"),
+        plan,
         "--backend",
         "cpu",
         "--scale",
-        "1",
+        scale,
         "--steps",
         steps,
         "--format",

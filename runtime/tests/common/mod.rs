@@ -4,7 +4,7 @@
 
 use tessel_grammar::{MlpKind, ModelSpec, NormKind, PositionKind};
 use tessel_runtime::backend::AdamParams;
-use tessel_runtime::LaunchOptions;
+use tessel_runtime::{LaunchOptions, LaunchReport};
 
 /// A two-layer swiglu/RMSNorm/RoPE model with grouped-query attention and tied embeddings,
 /// small enough for many ranks in one test.
@@ -92,4 +92,22 @@ pub fn rel(a: &[f32], b: &[f32]) -> f64 {
         .zip(b)
         .fold(0.0f64, |m, (&x, &y)| m.max(f64::from(x - y).abs()));
     diff / scale
+}
+
+/// `got` trained what `expect` trained: every step's loss and every final parameter within
+/// relative error `tol`.
+pub fn assert_same_run(got: &LaunchReport, expect: &LaunchReport, tol: f64) {
+    assert_eq!(got.losses.len(), expect.losses.len());
+    for (step, (a, b)) in got.losses.iter().zip(&expect.losses).enumerate() {
+        assert!(((a - b) / b).abs() <= tol, "step {step}: loss {a} vs {b}");
+    }
+    let (gp, ep) = (
+        got.parameters.as_ref().expect("parameters collected"),
+        expect.parameters.as_ref().expect("parameters collected"),
+    );
+    assert_eq!(gp.keys().collect::<Vec<_>>(), ep.keys().collect::<Vec<_>>());
+    for (name, want) in ep {
+        let e = rel(&gp[name], want);
+        assert!(e <= tol, "{name}: relative error {e}");
+    }
 }
