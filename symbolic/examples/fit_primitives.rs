@@ -1,12 +1,25 @@
 //! Fits every primitive to the published microbenchmarks and prints, for each kind, its
 //! errors in the fit and with each source held out, then the fitted parameters.
 //!
-//! `cargo run --release -p tessel-symbolic --example fit_primitives`
+//! `cargo run --release -p tessel-symbolic --example fit_primitives [-- --score DIR]`: with
+//! `--score`, also the fitted primitives' errors on DIR's measurements, which no fit reads
+//! (`data/microbench/measured-h200/`, measured by this project).
 
-use tessel_symbolic::primitives::fit::{fit_and_score, PrimitiveScore};
+use std::path::PathBuf;
+
+use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveScore};
 use tessel_symbolic::primitives::{default_microbench_dirs, load_microbenchmarks};
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let unseen = match args.as_slice() {
+        [] => None,
+        [flag, dir] if flag == "--score" => Some(PathBuf::from(dir)),
+        _ => {
+            eprintln!("usage: fit_primitives [--score DIR]");
+            std::process::exit(2);
+        }
+    };
     let data = match load_microbenchmarks(&default_microbench_dirs()) {
         Ok(data) => data,
         Err(err) => {
@@ -15,24 +28,21 @@ fn main() {
         }
     };
     let (fitted, scores) = fit_and_score(&data);
-    println!("| primitive | rows | sources | median error, source held out | mean, held out | median in the fit |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for score in &scores {
-        let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
-            / score.held_out.len().max(1) as f64;
-        let in_fit = if score.in_fit.is_empty() {
-            "–".to_string()
-        } else {
-            format!("{:.1} %", 100.0 * PrimitiveScore::median_abs(&score.in_fit))
-        };
-        println!(
-            "| {} | {} | {} | {:.1} % | {:.1} % | {in_fit} |",
-            score.kind,
-            score.rows,
-            score.sources,
-            100.0 * PrimitiveScore::median_abs(&score.held_out),
-            100.0 * mean,
-        );
+    print_scores(&scores);
+    if let Some(dir) = unseen {
+        match load_microbenchmarks(&[dir.clone()]) {
+            Ok(unseen) => {
+                println!(
+                    "\nThe fitted primitives on {} (never fitted):\n",
+                    dir.display()
+                );
+                print_scores(&score_unseen(&fitted, &unseen));
+            }
+            Err(err) => {
+                eprintln!("{err}");
+                std::process::exit(1);
+            }
+        }
     }
     println!("\n{fitted:#?}");
     if std::env::var_os("VERBOSE").is_some() {
@@ -69,5 +79,27 @@ fn main() {
                 &r.source[..r.source.len().min(40)]
             );
         }
+    }
+}
+
+fn print_scores(scores: &[PrimitiveScore]) {
+    println!("| primitive | rows | sources | median error, source held out | mean, held out | median in the fit |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for score in scores {
+        let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
+            / score.held_out.len().max(1) as f64;
+        let in_fit = if score.in_fit.is_empty() {
+            "–".to_string()
+        } else {
+            format!("{:.1} %", 100.0 * PrimitiveScore::median_abs(&score.in_fit))
+        };
+        println!(
+            "| {} | {} | {} | {:.1} % | {:.1} % | {in_fit} |",
+            score.kind,
+            score.rows,
+            score.sources,
+            100.0 * PrimitiveScore::median_abs(&score.held_out),
+            100.0 * mean,
+        );
     }
 }

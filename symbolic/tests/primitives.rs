@@ -1,9 +1,10 @@
 //! The primitives against their microbenchmarks: the committed parameters are what the fit
 //! finds (so the constants in the code cannot drift from the data), and each primitive kind's
-//! error with its sources held out stays where `docs/VALIDATION.md` reports it.
+//! error with its sources held out stays where `docs/VALIDATION.md` reports it, also on
+//! measurements no fit reads.
 
 use tessel_symbolic::cost::GpuGeneration;
-use tessel_symbolic::primitives::fit::{fit_and_score, PrimitiveScore};
+use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveScore};
 use tessel_symbolic::primitives::{
     default_microbench_dirs, load_microbenchmarks, AttentionKernel, AttentionParams,
     CollectiveParams, GemmParams, HBM_STREAM_FRACTION,
@@ -90,5 +91,21 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
             0.45
         };
         assert!(median <= bound, "{}: held-out median {median}", score.kind);
+    }
+
+    // A GPU and a sweep no fit saw (data/microbench/measured-h200/, measured by this project):
+    // the fitted GEMM and attention primitives transfer to them as they do across sources.
+    let measured =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/microbench/measured-h200");
+    let unseen = load_microbenchmarks(&[measured]).expect("the H200 measurements load");
+    let scores = score_unseen(&fitted, &unseen);
+    for (kind, rows, bound) in [
+        ("GEMM: hopper", 370, 0.20),
+        ("attention (fused kernels)", 96, 0.12),
+    ] {
+        let score = scores.iter().find(|s| s.kind == kind).expect(kind);
+        let median = PrimitiveScore::median_abs(&score.held_out);
+        assert_eq!(score.rows, rows, "{kind}");
+        assert!(median <= bound, "{kind} on the H200 sweep: median {median}");
     }
 }

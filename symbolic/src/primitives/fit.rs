@@ -527,3 +527,61 @@ impl RateToTime for f64 {
         1.0 / (1.0 + self) - 1.0
     }
 }
+
+/// Errors of `fitted` on measurements none of its fits saw (a folder kept apart from the
+/// microbenchmark folders, such as `data/microbench/measured-h200/`), per kind: every error
+/// is held out by construction, so `in_fit` stays empty.
+pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<PrimitiveScore> {
+    fn score<T: Sourced>(
+        kind: String,
+        rows: &[&T],
+        error: impl Fn(&T) -> Option<f64>,
+    ) -> PrimitiveScore {
+        let scored: Vec<&T> = rows
+            .iter()
+            .copied()
+            .filter(|r| error(r).is_some())
+            .collect();
+        PrimitiveScore {
+            kind,
+            rows: scored.len(),
+            sources: sources(&scored).len(),
+            in_fit: Vec::new(),
+            held_out: scored.iter().filter_map(|r| error(r)).collect(),
+        }
+    }
+    let mut scores = Vec::new();
+    for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
+        let rows: Vec<&GemmMeasurement> = data
+            .gemms
+            .iter()
+            .filter(|r| gemm_generation(r) == generation)
+            .collect();
+        if let (false, Some(params)) = (rows.is_empty(), fitted.gemms.get(generation.name())) {
+            scores.push(score(format!("GEMM: {}", generation.name()), &rows, |r| {
+                Some(relative_error(predict_gemm(r, params), r.seconds))
+            }));
+        }
+    }
+    let rows: Vec<&AttentionMeasurement> = data.attention.iter().collect();
+    if !rows.is_empty() {
+        scores.push(score("attention (fused kernels)".into(), &rows, |r| {
+            let (generation, kernel) = attention_class(r)?;
+            let params =
+                fitted
+                    .attention
+                    .get(&format!("{}.{}", generation.name(), kernel.label()))?;
+            Some(relative_error(predict_attention(r, params), r.tflops).recip_rate())
+        }));
+    }
+    let rows: Vec<&MemoryMeasurement> = data.memory.iter().collect();
+    if !rows.is_empty() {
+        scores.push(score("memory-bound pass (HBM)".into(), &rows, |r| {
+            Some(relative_error(
+                r.bandwidth,
+                fitted.stream_fraction * r.datasheet_bandwidth,
+            ))
+        }));
+    }
+    scores
+}

@@ -123,7 +123,7 @@ pub fn load_microbenchmarks(dirs: &[PathBuf]) -> Result<Microbenchmarks, String>
         all.memory
             .extend(read("memory.csv")?.iter().filter_map(memory));
     }
-    if all.collectives.is_empty() || all.gemms.is_empty() {
+    if all.collectives.is_empty() && all.gemms.is_empty() && all.attention.is_empty() {
         return Err(format!(
             "no microbenchmarks found in {}",
             dirs.iter()
