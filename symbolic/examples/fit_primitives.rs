@@ -30,7 +30,7 @@ fn main() {
     let (fitted, scores) = fit_and_score(&data);
     print_scores(&scores);
     if let Some(dir) = unseen {
-        match load_microbenchmarks(&[dir.clone()]) {
+        match load_microbenchmarks(std::slice::from_ref(&dir)) {
             Ok(unseen) => {
                 println!(
                     "\nThe fitted primitives on {} (never fitted):\n",
