@@ -72,20 +72,23 @@ fn every_example_spec_exports_its_plan_to_each_framework() {
                 Ok(outcome) => {
                     let strategy = outcome.plan.strategy();
                     let out = export(&outcome.plan.spec, &strategy, target);
-                    // No framework here runs adapters, Tempo's kernels or compressed gradients,
-                    // and torchtitan trains in bf16, not fp16: a plan with them says so, and
-                    // only that.
+                    // No framework here runs adapters, Tempo's kernels, compressed gradients or
+                    // a modality encoder, and torchtitan trains in bf16, not fp16: a plan with
+                    // them says so, and only that.
                     let adapters = spec.train.finetune.is_some_and(|f| f.is_adapter());
                     let tempo = outcome.plan.spec.train.memory_saving_kernels.is_on();
                     let fp16 =
                         framework == Framework::Fsdp && spec.train.precision == Precision::Fp16;
                     let compressed = outcome.plan.spec.train.grad_compression.is_some();
+                    let encoders = spec.model.encoders.len();
                     let said = |what: &str| out.unsupported.iter().any(|u| u.starts_with(what));
                     let expected = [adapters, tempo, fp16, compressed]
                         .into_iter()
                         .filter(|x| *x)
-                        .count();
+                        .count()
+                        + encoders;
                     if out.unsupported.len() != expected
+                        || (encoders > 0 && !said("encoder `"))
                         || (compressed && !said("grad_compression = "))
                         || (adapters && !said("finetune = "))
                         || (tempo && !said("memory_saving_kernels = "))

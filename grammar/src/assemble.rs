@@ -12,7 +12,8 @@ use crate::fields::{Fields, ResolvedField};
 use crate::loader::Loaded;
 use crate::resolve::{Kind, Resolver, ROOT_FILE};
 use crate::spec::{
-    ClusterSpec, GpuSpec, ModelSpec, Precision, SearchSpace, ServingSpec, Spec, Strategy,
+    ClusterSpec, EncoderPlacement, GpuSpec, ModelSpec, Precision, SearchSpace, ServingSpec, Spec,
+    Strategy,
 };
 
 /// Everything a spec file defines, checked. `spec` is present when the file has a `train`
@@ -176,6 +177,7 @@ pub fn assemble(loaded: Loaded, require_job: bool) -> Result<Definitions, Diagno
             let precision_span = f.get("precision").map_or(f.anchor, |v| v.span);
             let precision_written = f.has("precision");
             let seq_len_span = f.get("seq_len").map_or(f.anchor, |v| v.span);
+            let multimodal_span = f.get("multimodal").map_or(f.anchor, |v| v.span);
             let model = referenced(
                 &models,
                 t.model.as_ref(),
@@ -183,13 +185,41 @@ pub fn assemble(loaded: Loaded, require_job: bool) -> Result<Definitions, Diagno
                 &resolver,
                 &mut problems,
             );
-            let cluster = referenced(
+            let mut cluster = referenced(
                 &clusters,
                 t.cluster.as_ref(),
                 Kind::Cluster,
                 &resolver,
                 &mut problems,
             );
+            if let (Some(spec), Some(m)) = (&t.spec, &model) {
+                if spec.multimodal.is_some() && m.encoders.is_empty() {
+                    problems.push(
+                        Problem::new(
+                            multimodal_span,
+                            format!("`multimodal` places encoders, and model `{}` has none", m.name),
+                        )
+                        .with_help("add an `encoder NAME { … }` block to the model, or remove `multimodal`"),
+                    );
+                }
+            }
+            // The encoders' own GPUs come out of the cluster: strategies count the rest.
+            if let (Some(gpus), Some(c)) = (
+                t.spec
+                    .as_ref()
+                    .and_then(|s| s.multimodal)
+                    .filter(|m| m.placement == EncoderPlacement::Separate)
+                    .and_then(|m| m.encoder_gpus),
+                cluster.as_mut(),
+            ) {
+                match c.without_encoder_gpus(gpus) {
+                    Ok(rest) => *c = rest,
+                    Err(message) => problems
+                        .push(Problem::new(multimodal_span, message).with_help(
+                            "give the encoders whole nodes, fewer than the cluster has",
+                        )),
+                }
+            }
             if let (Some(spec), Some(cluster)) = (&t.spec, &cluster) {
                 problems.extend(missing_precision(
                     cluster,

@@ -34,6 +34,8 @@ pub struct Block {
 
 /// How a `pool NAME { … }` member is keyed: the field `pool NAME`, a key no `ident` can spell.
 pub const POOL_PREFIX: &str = "pool ";
+/// The field an `encoder NAME { … }` block of a model is read as, like a pool.
+pub const ENCODER_PREFIX: &str = "encoder ";
 
 /// A block member: a field (a `pool` block is one, see [`POOL_PREFIX`]), or a block-local
 /// `let`.

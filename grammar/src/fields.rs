@@ -1,7 +1,7 @@
 //! Reading typed fields out of evaluated blocks and records, with the checks every field shares:
 //! dimension, whole numbers, ranges, enum spellings, unknown and missing fields.
 
-use crate::ast::{Name, POOL_PREFIX};
+use crate::ast::{Name, ENCODER_PREFIX, POOL_PREFIX};
 use crate::diagnostic::Problem;
 use crate::eval::{format_number, RecordField, Spanned, Value};
 use crate::source::Span;
@@ -109,11 +109,20 @@ impl<'p> Fields<'p> {
 
     /// Takes out the `pool NAME { … }` members (see [`POOL_PREFIX`]), in the order written.
     pub fn take_pools(&mut self) -> Vec<ResolvedField> {
-        let (pools, rest) = std::mem::take(&mut self.fields)
+        self.take_parts(POOL_PREFIX)
+    }
+
+    /// Takes out the `encoder NAME { … }` members (see [`ENCODER_PREFIX`]), in the order written.
+    pub fn take_encoders(&mut self) -> Vec<ResolvedField> {
+        self.take_parts(ENCODER_PREFIX)
+    }
+
+    fn take_parts(&mut self, prefix: &str) -> Vec<ResolvedField> {
+        let (parts, rest) = std::mem::take(&mut self.fields)
             .into_iter()
-            .partition(|f| f.key.text.starts_with(POOL_PREFIX));
+            .partition(|f| f.key.text.starts_with(prefix));
         self.fields = rest;
-        pools
+        parts
     }
 
     /// Reports every field not in `known`, suggesting the closest known one.
@@ -129,6 +138,17 @@ impl<'p> Fields<'p> {
                         ),
                     )
                     .with_help("move the `pool` block into a `cluster { … }`"),
+                );
+            } else if f.key.text.starts_with(ENCODER_PREFIX) {
+                self.problems.push(
+                    Problem::new(
+                        f.key.span,
+                        format!(
+                            "`{}` in {}: encoders belong in a model",
+                            f.key.text, self.owner
+                        ),
+                    )
+                    .with_help("move the `encoder` block into the `model { … }` it feeds"),
                 );
             } else if !known.contains(&f.key.text.as_str()) {
                 let help = suggest::did_you_mean(&f.key.text, known.iter().copied())

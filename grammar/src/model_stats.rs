@@ -7,7 +7,10 @@
 //!   for attention scores and values, without halving for causal masking. For a GPT block this
 //!   is exactly `72·B·L·s·h²·(1 + s/6h + V/12hL)` per batch of `B·s` tokens.
 
-use crate::spec::{FinetuneSpec, LoraTargets, MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
+use crate::spec::{
+    EncoderSpec, FinetuneSpec, LoraTargets, MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind,
+    ProjectorKind,
+};
 
 /// Parameters of a model: everything stored, and what one token's forward pass uses.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -107,9 +110,15 @@ impl ModelSpec {
             self.mlp_matmul_params(self.ffn_hidden) + self.mlp_bias_params(self.ffn_hidden);
         let moe_layers = self.moe_layers();
         let dense_layers = self.layers - moe_layers;
+        let encoders: u64 = self
+            .encoders
+            .iter()
+            .map(|e| e.parameters(self.hidden))
+            .sum();
         let shared = self.embedding_params()
             + self.layers * self.block_params_without_mlp()
-            + dense_layers * dense_mlp;
+            + dense_layers * dense_mlp
+            + encoders;
         match &self.moe {
             None => ParameterCount {
                 total: shared,
@@ -183,15 +192,91 @@ impl ModelSpec {
     /// fine-tuning the forward and the input gradients of the frozen model (4 per matmul
     /// parameter, no weight gradients) with the attention as before, plus the adapters trained
     /// as any parameter (6 each).
+    /// With encoders, their training FLOPs per sample spread over its `seq_len` tokens.
     pub fn job_flops_per_token(&self, seq_len: u64, finetune: Option<&FinetuneSpec>) -> f64 {
-        match finetune.filter(|f| f.is_adapter()) {
+        let language = match finetune.filter(|f| f.is_adapter()) {
             None => self.training_flops_per_token(seq_len),
             Some(f) => {
                 4.0 * self.active_matmul_params() as f64
                     + 12.0 * (self.layers * seq_len * self.q_dim()) as f64
                     + 6.0 * self.lora_params_per_token(f.rank, f.targets) as f64
             }
+        };
+        let encoders: f64 = self
+            .encoders
+            .iter()
+            .map(|e| e.items_per_sample.mean * e.training_flops_per_item(self.hidden))
+            .sum();
+        language + encoders / seq_len.max(1) as f64
+    }
+}
+
+impl EncoderSpec {
+    /// Matmul parameters of one encoder layer: attention (four `h × h`) and the MLP.
+    pub fn layer_matmul_params(&self) -> u64 {
+        let up = match self.mlp {
+            MlpKind::Gelu => 1,
+            MlpKind::Swiglu => 2,
+        };
+        4 * self.hidden * self.hidden + (up + 1) * self.hidden * self.ffn_hidden
+    }
+
+    /// Matmul parameters of the projector into a language model of width `llm_hidden`.
+    pub fn projector_matmul_params(&self, llm_hidden: u64) -> u64 {
+        match self.projector {
+            ProjectorKind::Linear => self.projector_input() * llm_hidden,
+            ProjectorKind::Mlp => {
+                let middle = self.projector_middle(llm_hidden);
+                self.projector_input() * middle + middle * llm_hidden
+            }
         }
+    }
+
+    /// Width between an MLP projector's matrices.
+    pub fn projector_middle(&self, llm_hidden: u64) -> u64 {
+        self.projector_hidden.unwrap_or(llm_hidden)
+    }
+
+    /// Every weight: the layers with their biases and two norms each (ViTs carry biases), the
+    /// final norm and the projector with its biases. The patch (frame) embedding is left out:
+    /// its size depends on a patch size the spec does not give, and it is under 0.2 % of a ViT.
+    pub fn parameters(&self, llm_hidden: u64) -> u64 {
+        let h = self.hidden;
+        let biases = 4 * h + self.ffn_hidden * if self.mlp == MlpKind::Swiglu { 2 } else { 1 } + h;
+        let norm = match self.norm {
+            NormKind::Layernorm => 2 * h,
+            NormKind::Rmsnorm => h,
+        };
+        let projector_biases = match self.projector {
+            ProjectorKind::Linear => llm_hidden,
+            ProjectorKind::Mlp => self.projector_middle(llm_hidden) + llm_hidden,
+        };
+        self.layers * (self.layer_matmul_params() + biases + 2 * norm)
+            + norm
+            + self.projector_matmul_params(llm_hidden)
+            + projector_biases
+    }
+
+    /// Forward FLOPs of the encoder's layers on one item: the matmuls, and attention scores and
+    /// values over all its tokens (bidirectional: nothing masked).
+    pub fn layers_forward_flops_per_item(&self) -> f64 {
+        let t = self.tokens_per_item as f64;
+        let layers = self.layers as f64;
+        layers * (2.0 * t * self.layer_matmul_params() as f64 + 4.0 * t * t * self.hidden as f64)
+    }
+
+    /// Forward FLOPs of the projector on one item's merged tokens.
+    pub fn projector_forward_flops_per_item(&self, llm_hidden: u64) -> f64 {
+        2.0 * self.llm_tokens_per_item() as f64 * self.projector_matmul_params(llm_hidden) as f64
+    }
+
+    /// Training FLOPs of one item, Megatron's convention (backward twice the forward): the
+    /// projector always trains; a frozen encoder runs forward only (it is the first module, so
+    /// no gradient flows through it).
+    pub fn training_flops_per_item(&self, llm_hidden: u64) -> f64 {
+        let layers = if self.frozen { 1.0 } else { 3.0 };
+        layers * self.layers_forward_flops_per_item()
+            + 3.0 * self.projector_forward_flops_per_item(llm_hidden)
     }
 }
 
@@ -216,6 +301,7 @@ mod tests {
             max_seq_len: None,
             position: PositionKind::Rope,
             moe: None,
+            encoders: Vec::new(),
         }
     }
 
@@ -257,6 +343,7 @@ mod tests {
             max_seq_len: Some(2048),
             position: PositionKind::Learned,
             moe: None,
+            encoders: Vec::new(),
         };
         let (l, h, v, s): (f64, f64, f64, f64) = (96.0, 12288.0, 51200.0, 2048.0);
         let megatron = 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (v + s) / (12.0 * l * h));

@@ -10,7 +10,9 @@ use pest::iterators::Pair;
 use pest::Parser;
 use pest_derive::Parser;
 
-use crate::ast::{BinaryOp, Block, Expr, ExprKind, Field, Item, Let, Member, Name, POOL_PREFIX};
+use crate::ast::{
+    BinaryOp, Block, Expr, ExprKind, Field, Item, Let, Member, Name, ENCODER_PREFIX, POOL_PREFIX,
+};
 use crate::diagnostic::Problem;
 use crate::source::{FileId, Span};
 
@@ -73,7 +75,7 @@ fn chunks(text: &str) -> Vec<(usize, usize)> {
 }
 
 /// Whether a line begins a top-level item: `use "..."`, a `let` outside any block, or a block
-/// header `WORD [WORD] [extends WORD] {` (but not a `pool` header inside a block). A field line
+/// header `WORD [WORD] [extends WORD] {` (but not a `pool` or `encoder` header inside a block). A field line
 /// `key = value` never does.
 fn starts_item(line: &str, depth: i64) -> bool {
     let code = line.split('#').next().unwrap_or("").trim_start();
@@ -88,8 +90,8 @@ fn starts_item(line: &str, depth: i64) -> bool {
     match word {
         "use" => code[word_len..].starts_with(|c: char| c.is_whitespace() || c == '"'),
         "let" => depth <= 0,
-        // A pool inside a cluster is a member, not a block of its own.
-        "pool" if depth > 0 => false,
+        // A pool inside a cluster, an encoder inside a model: members, not blocks of their own.
+        "pool" | "encoder" if depth > 0 => false,
         _ => {
             rest.starts_with('{')
                 || (rest.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -383,7 +385,7 @@ impl Builder {
                         match m.as_rule() {
                             Rule::field => members.push(Member::Field(self.field(m)?)),
                             Rule::let_item => members.push(Member::Let(self.let_item(m)?)),
-                            Rule::pool_block => members.push(Member::Field(self.pool_block(m)?)),
+                            Rule::part_block => members.push(Member::Field(self.part_block(m)?)),
                             _ => {}
                         }
                     }
@@ -407,16 +409,22 @@ impl Builder {
         Some(Field { key, value })
     }
 
-    /// `pool NAME { … }` as the field `pool NAME` whose value is the record, so that pools
-    /// inherit, evaluate and report like any other field.
-    fn pool_block(&self, pair: Pair<Rule>) -> Option<Field> {
+    /// `pool NAME { … }` (`encoder NAME { … }`) as the field `pool NAME` (`encoder NAME`) whose
+    /// value is the record, so that parts inherit, evaluate and report like any other field.
+    fn part_block(&self, pair: Pair<Rule>) -> Option<Field> {
         let mut inner = pair.into_inner();
-        let keyword = self.span(&inner.next()?);
+        let keyword = inner.next()?;
+        let prefix = if keyword.as_rule() == Rule::kw_encoder {
+            ENCODER_PREFIX
+        } else {
+            POOL_PREFIX
+        };
+        let keyword = self.span(&keyword);
         let name = self.name(inner.next()?);
         let value = self.expr(inner.find(|p| p.as_rule() == Rule::record)?)?;
         Some(Field {
             key: Name {
-                text: format!("{POOL_PREFIX}{}", name.text),
+                text: format!("{prefix}{}", name.text),
                 span: keyword.to(name.span),
             },
             value,

@@ -22,6 +22,25 @@ impl Spec {
     pub fn strategy(&self, name: &str) -> Option<&Strategy> {
         self.strategies.iter().find(|s| s.name == name)
     }
+
+    /// Whether the planner resolves a choice beside the strategy: the training's `auto`
+    /// fields, or where a multimodal model's encoders run.
+    pub fn has_planner_choices(&self) -> bool {
+        self.train.has_planner_choices() || self.placement_to_choose().is_some()
+    }
+
+    /// A multimodal model's training settings while the planner still chooses where its
+    /// encoders run (`placement = auto`, the default, or `separate` without `encoder_gpus`).
+    pub fn placement_to_choose(&self) -> Option<MultimodalTraining> {
+        if self.model.encoders.is_empty() {
+            return None;
+        }
+        let training = self.train.multimodal.unwrap_or_default();
+        match (training.placement, training.encoder_gpus) {
+            (EncoderPlacement::Auto, _) | (EncoderPlacement::Separate, None) => Some(training),
+            _ => None,
+        }
+    }
 }
 
 /// Feed-forward block flavour.
@@ -90,6 +109,93 @@ pub struct ModelSpec {
     /// Learned position embeddings need `max_seq_len`.
     pub position: PositionKind,
     pub moe: Option<MoeSpec>,
+    /// Encoders of other modalities (`encoder NAME { … }`) whose outputs a projector turns
+    /// into tokens of this language model; none for a text-only model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub encoders: Vec<EncoderSpec>,
+}
+
+/// A modality encoder (a ViT, an audio transformer): a bidirectional transformer over the
+/// `tokens_per_item` patches (frames) of each image (clip), then a projector into the language
+/// model's width; every `merge` encoder tokens become one language-model token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EncoderSpec {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub ffn_hidden: u64,
+    pub mlp: MlpKind,
+    pub norm: NormKind,
+    /// Encoder tokens (patches, frames) of one item.
+    pub tokens_per_item: u64,
+    /// Encoder tokens merged (concatenated) into one projector input, as Qwen2-VL's 2×2 merger.
+    pub merge: u64,
+    pub projector: ProjectorKind,
+    /// Width between an MLP projector's two matrices; `None`: the language model's width
+    /// (LLaVA's); Qwen2-VL's merger keeps its input width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projector_hidden: Option<u64>,
+    /// Items (images, clips) per training sample.
+    pub items_per_sample: ItemCount,
+    /// Not trained: forward only, no gradients or optimizer state (LLaVA's frozen vision tower).
+    pub frozen: bool,
+}
+
+impl EncoderSpec {
+    /// Language-model tokens one item becomes.
+    pub fn llm_tokens_per_item(&self) -> u64 {
+        self.tokens_per_item.div_ceil(self.merge.max(1))
+    }
+
+    /// Width of the projector's input (the merged tokens).
+    pub fn projector_input(&self) -> u64 {
+        self.hidden * self.merge.max(1)
+    }
+}
+
+/// How the projector maps merged encoder tokens to the language model's width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProjectorKind {
+    /// One matrix.
+    Linear,
+    /// Two matrices with a GELU between: into `projector_hidden`, then into the language
+    /// model's width (LLaVA-1.5's `mlp2x_gelu`, Qwen2-VL's merger).
+    Mlp,
+}
+
+/// How many items a sample holds: a count that may be 0 (text-only samples), unlike a
+/// [`LengthDistribution`], whose lengths start at 1.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ItemCount {
+    pub mean: f64,
+    /// Draws above it are cut to it.
+    pub max: u64,
+    pub shape: CountShape,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CountShape {
+    /// Every sample the mean (rounded).
+    Fixed,
+    /// Uniform on `0 ..= 2·mean`.
+    Uniform,
+    /// Poisson with the mean: most samples near it, some with none.
+    Poisson,
+}
+
+impl CountShape {
+    pub const ALL: [CountShape; 3] = [CountShape::Fixed, CountShape::Uniform, CountShape::Poisson];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CountShape::Fixed => "fixed",
+            CountShape::Uniform => "uniform",
+            CountShape::Poisson => "poisson",
+        }
+    }
 }
 
 /// Dense peak compute of a GPU in FLOP/s, per precision.
@@ -224,6 +330,33 @@ impl ClusterSpec {
     /// [`ClusterSpec::pooled_gpus`] counts them all).
     pub fn total_gpus(&self) -> u64 {
         self.nodes * self.gpus_per_node
+    }
+
+    /// The cluster left to the language model when `gpus` of it (whole nodes) run a multimodal
+    /// model's encoders; why not, when they cannot.
+    pub fn without_encoder_gpus(&self, gpus: u64) -> Result<ClusterSpec, String> {
+        if !self.pools.is_empty() {
+            return Err(format!(
+                "cluster `{}` has pools; encoders on GPUs of their own are planned on one GPU type",
+                self.name
+            ));
+        }
+        if !gpus.is_multiple_of(self.gpus_per_node) {
+            return Err(format!(
+                "`encoder_gpus` ({gpus}) is not a whole number of nodes of {} GPUs",
+                self.gpus_per_node
+            ));
+        }
+        if gpus >= self.total_gpus() {
+            return Err(format!(
+                "`encoder_gpus` ({gpus}) leaves none of the cluster's {} GPUs to the language model",
+                self.total_gpus()
+            ));
+        }
+        Ok(ClusterSpec {
+            nodes: self.nodes - gpus / self.gpus_per_node,
+            ..self.clone()
+        })
     }
 
     /// GPUs of every pool together (of the cluster, when it has no pools).
@@ -396,6 +529,64 @@ pub struct TrainSpec {
     /// Compressed data-parallel gradients (`train.grad_compression`); `None`: sent whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_compression: Option<GradCompression>,
+    /// Where a multimodal model's encoders run and whether samples are reordered
+    /// (`train.multimodal`); `None`: the defaults (`placement = auto`, reordered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multimodal: Option<MultimodalTraining>,
+}
+
+/// `train.multimodal = { placement = auto | first_stage | separate, encoder_gpus = 16,
+/// reorder = true }`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MultimodalTraining {
+    pub placement: EncoderPlacement,
+    /// GPUs of their own for the encoders under `placement = separate` (whole nodes); `None`:
+    /// the planner sizes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoder_gpus: Option<u64>,
+    /// Samples are reordered so that every micro-batch carries about as many items (images,
+    /// clips) as every other (MMScale's and DistTrain's data reordering).
+    pub reorder: bool,
+}
+
+impl Default for MultimodalTraining {
+    fn default() -> Self {
+        MultimodalTraining {
+            placement: EncoderPlacement::Auto,
+            encoder_gpus: None,
+            reorder: true,
+        }
+    }
+}
+
+/// Where the encoders of a multimodal model run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EncoderPlacement {
+    /// The planner tries both and keeps the faster plan.
+    Auto,
+    /// On the GPUs of the first pipeline stage, before its layers (Megatron-LM's LLaVA with
+    /// the encoder in the first stage).
+    FirstStage,
+    /// On GPUs of their own, as one more pipeline stage before the language model's first
+    /// (MMScale's and DistTrain's disaggregation).
+    Separate,
+}
+
+impl EncoderPlacement {
+    pub const ALL: [EncoderPlacement; 3] = [
+        EncoderPlacement::Auto,
+        EncoderPlacement::FirstStage,
+        EncoderPlacement::Separate,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EncoderPlacement::Auto => "auto",
+            EncoderPlacement::FirstStage => "first_stage",
+            EncoderPlacement::Separate => "separate",
+        }
+    }
 }
 
 /// `train.memory_saving_kernels`: Tempo's activation-saving kernels (Andoorveedu et al.,

@@ -64,6 +64,7 @@ fn llama(name: &str, layers: u64, hidden: u64, heads: u64, ffn: u64) -> ModelSpe
         max_seq_len: Some(8192),
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 
@@ -104,6 +105,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         failures: None,
         finetune: None,
         grad_compression: None,
+        multimodal: None,
     }
 }
 
@@ -234,6 +236,7 @@ fn gpt2_ddp() -> Spec {
         max_seq_len: Some(1024),
         position: PositionKind::Learned,
         moe: None,
+        encoders: Vec::new(),
     };
     let mut t = train(1024, 512, Precision::Fp16);
     t.optimizer = Optimizer::Sgd;

@@ -7,10 +7,16 @@
 //!   they pay off only where memory binds;
 //! - `grad_compression = { method = auto }`: none, PowerSGD, top-k or fp8. The cost model
 //!   already compresses a class of buckets only where that is faster, so a method wins where
-//!   the network is slow against the compute (Espresso's question, Wang et al., EuroSys 2023).
+//!   the network is slow against the compute (Espresso's question, Wang et al., EuroSys 2023);
+//! - `multimodal = { placement = auto }` (or `separate` without `encoder_gpus`): the encoders on
+//!   the first stage, or on whole nodes of their own, as many as their share of the FLOPs
+//!   suggests, one fewer and twice as many (MMScale's and DistTrain's disaggregation sizes each
+//!   module's GPUs to its work).
 
 use serde::{Deserialize, Serialize};
-use tessel_grammar::{CompressionMethod, MemorySavingKernels, Spec, Strategy};
+use tessel_grammar::{
+    CompressionMethod, EncoderPlacement, MemorySavingKernels, MultimodalTraining, Spec, Strategy,
+};
 
 use crate::error::PlanError;
 use crate::finetune::{plan_finetune, plan_fixed_finetune};
@@ -35,6 +41,21 @@ pub struct CompressionChoice {
     pub powersgd_s: Option<f64>,
     pub topk_s: Option<f64>,
     pub fp8_s: Option<f64>,
+}
+
+/// How `multimodal = { placement = auto }` chose: the placement, the encoders' own GPUs when
+/// separate, and the ranked step time of each alternative (`None` where no plan fits).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EncoderPlacementChoice {
+    pub chosen: EncoderPlacement,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoder_gpus: Option<u64>,
+    /// Whether the first stage was tried (not when the spec asked for `separate`), and its
+    /// ranked step time.
+    pub first_stage_tried: bool,
+    pub first_stage_s: Option<f64>,
+    /// Each size tried for the encoders' own GPUs, with its ranked step time.
+    pub separate_s: Vec<(u64, Option<f64>)>,
 }
 
 /// How a resolution plans one spec and reads and marks its result.
@@ -86,6 +107,52 @@ impl<T> Resolver<'_, T> {
                 powersgd_s: times[1],
                 topk_s: times[2],
                 fp8_s: times[3],
+            });
+            return Ok(chosen);
+        }
+        if let Some(training) = spec.placement_to_choose() {
+            let sizes = encoder_node_counts(spec);
+            let mut variants = Vec::new();
+            if training.placement == EncoderPlacement::Auto {
+                let mut variant = spec.clone();
+                variant.train.multimodal = Some(MultimodalTraining {
+                    placement: EncoderPlacement::FirstStage,
+                    ..training
+                });
+                variants.push(variant);
+            }
+            let first_stage = variants.len();
+            for &nodes in &sizes {
+                let gpus = nodes * spec.cluster.gpus_per_node;
+                let mut variant = spec.clone();
+                variant.cluster = spec
+                    .cluster
+                    .without_encoder_gpus(gpus)
+                    .map_err(|message| PlanError::CostModel { message })?;
+                variant.train.multimodal = Some(MultimodalTraining {
+                    placement: EncoderPlacement::Separate,
+                    encoder_gpus: Some(gpus),
+                    ..training
+                });
+                variants.push(variant);
+            }
+            let (best, mut chosen, times) = self.fastest(&variants)?;
+            let gpus_of = |index: usize| {
+                (index >= first_stage)
+                    .then(|| sizes[index - first_stage] * spec.cluster.gpus_per_node)
+            };
+            (self.plan)(&mut chosen).placement_choice = Some(EncoderPlacementChoice {
+                chosen: if best >= first_stage {
+                    EncoderPlacement::Separate
+                } else {
+                    EncoderPlacement::FirstStage
+                },
+                encoder_gpus: gpus_of(best),
+                first_stage_tried: first_stage > 0,
+                first_stage_s: (first_stage > 0).then(|| times[0]).flatten(),
+                separate_s: (first_stage..variants.len())
+                    .map(|i| (gpus_of(i).unwrap_or(0), times[i]))
+                    .collect(),
             });
             return Ok(chosen);
         }
@@ -152,6 +219,35 @@ pub fn plan_fixed_resolving_choices(
     resolver.resolve(spec)
 }
 
+/// Whole nodes to try for the encoders' own GPUs: their share of the step's FLOPs times the
+/// cluster's nodes, rounded down and up, and twice that, each leaving the language model a node.
+fn encoder_node_counts(spec: &Spec) -> Vec<u64> {
+    let nodes = spec.cluster.nodes;
+    if nodes < 2 || !spec.cluster.pools.is_empty() {
+        return Vec::new();
+    }
+    let hidden = spec.model.hidden;
+    let per_sample: f64 = spec
+        .model
+        .encoders
+        .iter()
+        .map(|e| e.items_per_sample.mean * e.training_flops_per_item(hidden))
+        .sum();
+    let seq_len = spec.train.seq_len;
+    let total = spec
+        .model
+        .job_flops_per_token(seq_len, spec.train.finetune.as_ref())
+        * seq_len as f64;
+    let share = nodes as f64 * per_sample / total.max(f64::MIN_POSITIVE);
+    let mut counts: Vec<u64> = [share.floor(), share.ceil(), 2.0 * share.ceil()]
+        .iter()
+        .map(|&n| (n as u64).clamp(1, nodes - 1))
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
 fn seconds(t: Option<f64>) -> String {
     t.map_or("no plan fits".to_string(), |t| format!("{t:.3} s"))
 }
@@ -164,6 +260,25 @@ pub fn explain_kernels_choice(choice: &KernelsChoice) -> String {
         seconds(choice.on_s),
         seconds(choice.off_s)
     )
+}
+
+/// Why the encoders run where they do, for `--explain`.
+pub fn explain_placement_choice(choice: &EncoderPlacementChoice) -> String {
+    let mut tried: Vec<String> = Vec::new();
+    if choice.first_stage_tried {
+        tried.push(format!("first stage {}", seconds(choice.first_stage_s)));
+    }
+    tried.extend(
+        choice
+            .separate_s
+            .iter()
+            .map(|(gpus, t)| format!("{gpus} GPUs of their own {}", seconds(*t))),
+    );
+    let chosen = match choice.encoder_gpus {
+        Some(gpus) => format!("{gpus} GPUs of their own"),
+        None => "the first stage".to_string(),
+    };
+    format!("encoders: on {chosen}: {}.\n", tried.join(", "))
 }
 
 /// Why `grad_compression = { method = auto }` chose what it did, for `--explain`.

@@ -20,6 +20,9 @@ pub fn render_explain(plan: &Plan) -> String {
     if let Some(choice) = &plan.kernels_choice {
         out.push_str(&crate::explain_kernels_choice(choice));
     }
+    if let Some(choice) = &plan.placement_choice {
+        out.push_str(&crate::explain_placement_choice(choice));
+    }
     if let Some(choice) = &plan.compression_choice {
         out.push_str(&crate::explain_compression_choice(choice));
     }

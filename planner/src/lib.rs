@@ -35,8 +35,9 @@ mod space;
 
 pub use checkpoints::{checkpoint_explanation, checkpoint_line, checkpoint_plan, CheckpointPlan};
 pub use choices::{
-    explain_compression_choice, explain_kernels_choice, plan_fixed_resolving_choices,
-    plan_resolving_choices, CompressionChoice, KernelsChoice,
+    explain_compression_choice, explain_kernels_choice, explain_placement_choice,
+    plan_fixed_resolving_choices, plan_resolving_choices, CompressionChoice,
+    EncoderPlacementChoice, KernelsChoice,
 };
 pub use cost_model::StageCostModel;
 pub use diff::{

@@ -197,6 +197,9 @@ pub struct Plan {
     /// With `grad_compression = { method = auto }`, which method was chosen and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_choice: Option<crate::CompressionChoice>,
+    /// With a multimodal model's `placement = auto`, where the encoders run and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_choice: Option<crate::EncoderPlacementChoice>,
 }
 
 /// SHA-256 (hex) of the spec's JSON with object keys sorted.

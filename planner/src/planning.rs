@@ -355,5 +355,6 @@ fn assemble(
         finetune_choice: None,
         kernels_choice: None,
         compression_choice: None,
+        placement_choice: None,
     }
 }

@@ -164,10 +164,19 @@ fn ranked_by(plan: &Plan) -> String {
 pub fn render_table(plan: &Plan) -> String {
     let p = &plan.prediction;
     let mut out = String::new();
+    let encoder_gpus = p.multimodal.as_ref().map_or(0, |mm| mm.encoder_gpus);
     let _ = writeln!(
         out,
-        "plan for {} on {} ({} GPUs, {} per node)",
-        plan.model, plan.cluster, plan.gpus, plan.gpus_per_node
+        "plan for {} on {} ({} GPUs{}, {} per node)",
+        plan.model,
+        plan.cluster,
+        plan.gpus,
+        if encoder_gpus > 0 {
+            format!(" and {encoder_gpus} for the encoders")
+        } else {
+            String::new()
+        },
+        plan.gpus_per_node
     );
     let _ = writeln!(out, "  degrees      {}", degrees_label(plan));
     let _ = writeln!(out, "  batching     {}", batching_label(plan));
@@ -181,6 +190,18 @@ pub fn render_table(plan: &Plan) -> String {
         let _ = writeln!(out, "  gradients    {label}");
     }
     let _ = writeln!(out, "  stages       {}", choices_label(plan));
+    if let Some(mm) = &p.multimodal {
+        let _ = writeln!(
+            out,
+            "  encoders     {}",
+            tessel_symbolic::cost::encoder_placement_label(mm)
+        );
+        let _ = writeln!(
+            out,
+            "  uneven items {}",
+            tessel_symbolic::cost::uneven_items_label(mm)
+        );
+    }
     if let Some(placement) = &plan.placement {
         let _ = writeln!(out, "  pools        {}", pools_label(placement));
         let _ = writeln!(out, "  placements   {}", tried_label(placement));

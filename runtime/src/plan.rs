@@ -251,6 +251,12 @@ impl ExecutionPlan {
                 return bad("gradient compression needs one entry per pipeline stage".into());
             }
         }
+        if !model.encoders.is_empty() {
+            return Err(RuntimeError::unsupported(
+                "a multimodal model's encoders (the runtime trains decoder-only language \
+                 models; the planner costs the encoders)",
+            ));
+        }
         if self.adapters.is_some() {
             if model.moe.is_some() {
                 return Err(RuntimeError::unsupported(

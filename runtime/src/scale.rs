@@ -67,6 +67,7 @@ mod tests {
                 capacity_factor: 1.25,
                 first_dense: 0,
             }),
+            encoders: Vec::new(),
         }
     }
 

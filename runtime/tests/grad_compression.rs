@@ -29,6 +29,7 @@ fn model() -> ModelSpec {
         max_seq_len: None,
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 

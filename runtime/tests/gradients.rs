@@ -288,6 +288,7 @@ fn tiny(mlp: MlpKind, norm: NormKind, position: PositionKind, moe: Option<MoeSpe
         max_seq_len: Some(8),
         position,
         moe,
+        encoders: Vec::new(),
     }
 }
 

@@ -30,6 +30,7 @@ fn tiny(kv_heads: u64, moe: bool) -> ModelSpec {
             capacity_factor: 4.0,
             first_dense: 0,
         }),
+        encoders: Vec::new(),
     }
 }
 

@@ -235,6 +235,23 @@ fn job(out: &mut String, spec: &Spec) {
             .unwrap_or_default();
         let _ = writeln!(out, "  {:<16}to {target}{disk}", "checkpoints");
     }
+    if !spec.model.encoders.is_empty() {
+        let training = train.multimodal.unwrap_or_default();
+        let placement = match (training.placement, training.encoder_gpus) {
+            (tessel_grammar::EncoderPlacement::Separate, Some(gpus)) => format!(
+                "on {gpus} GPUs of their own, apart from the cluster's {} above",
+                spec.cluster.total_gpus()
+            ),
+            (tessel_grammar::EncoderPlacement::FirstStage, _) => "on the first stage".to_string(),
+            _ => "on the first stage or GPUs of their own, the planner's choice".to_string(),
+        };
+        let order = if training.reorder {
+            "samples reordered"
+        } else {
+            "samples in data order"
+        };
+        let _ = writeln!(out, "  {:<16}{placement}; {order}", "encoders");
+    }
     let step_flops = spec
         .model
         .job_flops_per_token(train.seq_len, train.finetune.as_ref())
@@ -292,12 +309,33 @@ fn model_summary(out: &mut String, m: &ModelSpec, seq_len: Option<u64>) {
             m.layers
         );
     }
+    for e in &m.encoders {
+        let items = &e.items_per_sample;
+        let _ = writeln!(
+            out,
+            "  {:<16}{} layers, hidden {}, {} heads, ffn {}; {} tokens per item → {} model tokens; \
+             {} items per sample ({}, max {}){}; {} ({} per item, training)",
+            format!("encoder {}", e.name),
+            e.layers,
+            e.hidden,
+            e.heads,
+            e.ffn_hidden,
+            e.tokens_per_item,
+            e.llm_tokens_per_item(),
+            items.mean,
+            items.shape.name(),
+            items.max,
+            if e.frozen { ", frozen" } else { "" },
+            count(e.parameters(m.hidden) as f64),
+            si(e.training_flops_per_item(m.hidden), "FLOP"),
+        );
+    }
     if let Some(seq_len) = seq_len {
         let _ = writeln!(
             out,
             "  {:<16}{} per token (training, seq_len {seq_len})",
             "FLOPs",
-            si(m.training_flops_per_token(seq_len), "FLOP")
+            si(m.job_flops_per_token(seq_len, None), "FLOP")
         );
     }
 }

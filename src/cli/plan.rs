@@ -192,7 +192,7 @@ pub fn search(
     };
     let outcome = if !spec.cluster.pools.is_empty() {
         plan_on_pools(spec, &options)
-    } else if spec.train.has_planner_choices() {
+    } else if spec.has_planner_choices() {
         plan_resolving_choices(spec, &options)
     } else {
         plan(spec, model, &options)
@@ -255,7 +255,8 @@ fn check(
     // `auto` resolved to the committed plan's choices: cost it under them.
     let resolved = (committed.finetune_choice.is_some()
         || committed.kernels_choice.is_some()
-        || committed.compression_choice.is_some())
+        || committed.compression_choice.is_some()
+        || committed.placement_choice.is_some())
     .then(|| CostModel::new(&committed.spec));
     let estimate = if spec.cluster.pools.is_empty() {
         match &resolved {

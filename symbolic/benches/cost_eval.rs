@@ -34,6 +34,7 @@ fn spec() -> Spec {
             max_seq_len: Some(2048),
             position: PositionKind::Learned,
             moe: None,
+            encoders: Vec::new(),
         },
         cluster: ClusterSpec {
             name: "dgx-a100".into(),
@@ -83,6 +84,7 @@ fn spec() -> Spec {
             failures: None,
             finetune: None,
             grad_compression: None,
+            multimodal: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),

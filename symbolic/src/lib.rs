@@ -5,8 +5,10 @@ pub mod checkpoint;
 pub mod cost;
 mod expr;
 pub mod primitives;
+mod rng;
 pub mod serving;
 pub mod uncertainty;
 pub mod validation;
 
 pub use expr::{BatchScratch, CompileError, Expr, Program, Symbol};
+pub use rng::SplitMix64;

@@ -34,6 +34,7 @@ fn gpt(layers: u64, hidden: u64, heads: u64) -> ModelSpec {
         max_seq_len: Some(2048),
         position: PositionKind::Learned,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 
@@ -93,6 +94,7 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             failures: None,
             finetune: None,
             grad_compression: None,
+            multimodal: None,
         },
         strategies: vec![],
         search: SearchSpace::default(),
@@ -703,6 +705,7 @@ fn llama405b() -> ModelSpec {
         max_seq_len: None,
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 

@@ -1,8 +1,13 @@
-//! `model` blocks: decoder-only transformers, dense or mixture of experts.
+//! `model` blocks: decoder-only transformers, dense or mixture of experts, with the encoders
+//! of other modalities (`encoder NAME { … }`) that feed them.
 
+use crate::ast::ENCODER_PREFIX;
 use crate::diagnostic::Problem;
 use crate::fields::Fields;
-use crate::spec::{MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind};
+use crate::spec::{
+    CountShape, EncoderSpec, ItemCount, MlpKind, ModelSpec, MoeSpec, NormKind, PositionKind,
+    ProjectorKind,
+};
 use crate::units::Dim;
 
 pub const FIELDS: &[&str] = &[
@@ -42,9 +47,47 @@ pub const POSITION_KINDS: &[(&str, PositionKind)] = &[
     ("learned", PositionKind::Learned),
 ];
 
+const ENCODER_FIELDS: &[&str] = &[
+    "layers",
+    "hidden",
+    "heads",
+    "ffn_hidden",
+    "mlp",
+    "norm",
+    "tokens_per_item",
+    "merge",
+    "projector",
+    "projector_hidden",
+    "items_per_sample",
+    "frozen",
+];
+
+const ITEM_COUNT_FIELDS: &[&str] = &["mean", "max", "shape"];
+
+const PROJECTOR_KINDS: &[(&str, ProjectorKind)] = &[
+    ("mlp2x", ProjectorKind::Mlp),
+    ("linear", ProjectorKind::Linear),
+];
+
 pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
     let before = f.problems.len();
+    let encoder_fields = f.take_encoders();
     f.reject_unknown(FIELDS);
+    let mut encoders = Vec::with_capacity(encoder_fields.len());
+    for field in &encoder_fields {
+        let encoder_name = &field.key.text[ENCODER_PREFIX.len()..];
+        let Some(mut record) = Fields::record(
+            &field.key.text,
+            &field.value,
+            "{ layers = 32, hidden = 1280, heads = 16, tokens_per_item = 1024, items_per_sample = { mean = 1 } }",
+            f.problems,
+        ) else {
+            continue;
+        };
+        record.owner = format!("encoder `{encoder_name}` of model `{name}`");
+        record.anchor = field.key.span;
+        encoders.extend(encoder(encoder_name, &mut record));
+    }
     let layers = f.required_count("layers", 1, "32");
     let hidden = f.required_count("hidden", 1, "4096");
     let heads = f.required_count("heads", 1, "32");
@@ -152,6 +195,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
         max_seq_len,
         position,
         moe,
+        encoders,
     };
     let estimate = parameter_estimate(&model);
     if estimate > MAX_PARAMETERS {
@@ -184,6 +228,114 @@ fn parameter_estimate(m: &ModelSpec) -> f64 {
     });
     let embeddings = (2.0 * m.vocab as f64 + m.max_seq_len.unwrap_or(0) as f64 + 2.0) * h;
     m.layers as f64 * (per_layer + experts) + embeddings
+}
+
+/// One `encoder NAME { … }`: a bidirectional transformer with GELU and LayerNorm unless told
+/// otherwise (ViTs and audio encoders are), `ffn_hidden` 4× its width, an MLP projector.
+fn encoder(name: &str, r: &mut Fields) -> Option<EncoderSpec> {
+    let before = r.problems.len();
+    r.reject_unknown(ENCODER_FIELDS);
+    let layers = r.required_count("layers", 1, "32");
+    let hidden = r.required_count("hidden", 1, "1280");
+    let heads = r.required_count("heads", 1, "16");
+    let ffn_hidden = r.count("ffn_hidden", 1);
+    let mlp = r.choice("mlp", MLP_KINDS).unwrap_or(MlpKind::Gelu);
+    let norm = r.choice("norm", NORM_KINDS).unwrap_or(NormKind::Layernorm);
+    let tokens_per_item = r.required_count("tokens_per_item", 1, "1024");
+    let merge = r.count("merge", 1).unwrap_or(1);
+    let projector = r
+        .choice("projector", PROJECTOR_KINDS)
+        .unwrap_or(ProjectorKind::Mlp);
+    let projector_hidden = r.count("projector_hidden", 1);
+    let frozen = r.boolean("frozen").unwrap_or(false);
+    if projector == ProjectorKind::Linear {
+        if let Some(value) = r.get("projector_hidden") {
+            let at = value.span;
+            r.problems.push(
+                Problem::new(
+                    at,
+                    "`projector_hidden` is the middle width of an MLP projector",
+                )
+                .with_help("remove it, or choose `projector = mlp2x`"),
+            );
+        }
+    }
+    let items_per_sample = match r.get("items_per_sample").cloned() {
+        None => {
+            r.missing("items_per_sample", "{ mean = 1, max = 4, shape = poisson }");
+            None
+        }
+        Some(value) => Fields::record(
+            "items_per_sample",
+            &value,
+            "{ mean = 1, max = 4, shape = poisson }",
+            r.problems,
+        )
+        .and_then(|mut c| item_count(&mut c)),
+    };
+    if let (Some(hidden), Some(heads)) = (hidden, heads) {
+        if hidden % heads != 0 {
+            let at = r.get("heads").map_or(r.anchor, |v| v.span);
+            r.problems.push(Problem::new(
+                at,
+                format!("`heads` ({heads}) must divide the encoder's `hidden` ({hidden})"),
+            ));
+        }
+    }
+    if let (Some(tokens), Some(value)) = (tokens_per_item, r.get("merge")) {
+        if merge > tokens {
+            let at = value.span;
+            r.problems.push(Problem::new(
+                at,
+                format!("`merge` ({merge}) is more than the {tokens} tokens of an item"),
+            ));
+        }
+    }
+    if r.problems.len() > before {
+        return None;
+    }
+    let hidden = hidden?;
+    Some(EncoderSpec {
+        name: name.to_string(),
+        layers: layers?,
+        hidden,
+        heads: heads?,
+        ffn_hidden: ffn_hidden.unwrap_or(4 * hidden),
+        mlp,
+        norm,
+        tokens_per_item: tokens_per_item?,
+        merge,
+        projector,
+        projector_hidden,
+        items_per_sample: items_per_sample?,
+        frozen,
+    })
+}
+
+/// `{ mean = 2.5, max = 8, shape = poisson }`: `max` defaults to 4× the mean (at least 1).
+fn item_count(r: &mut Fields) -> Option<ItemCount> {
+    let before = r.problems.len();
+    r.reject_unknown(ITEM_COUNT_FIELDS);
+    let mean = r.required_quantity("mean", Dim::NUMBER, true);
+    let max = r.count("max", 1);
+    let shapes = CountShape::ALL.map(|s| (s.name(), s));
+    let shape = r.choice("shape", &shapes).unwrap_or(CountShape::Poisson);
+    let mean = mean?;
+    let max = max.unwrap_or_else(|| ((4.0 * mean).ceil() as u64).max(1));
+    if mean > max as f64 {
+        let at = r.get("mean").map_or(r.anchor, |v| v.span);
+        r.problems.push(
+            Problem::new(
+                at,
+                format!("`items_per_sample.mean` ({mean}) is more than its `max` ({max})"),
+            )
+            .with_help("the mean counts items (images, clips) per sample: `mean = 1.5, max = 8`"),
+        );
+    }
+    if r.problems.len() > before {
+        return None;
+    }
+    Some(ItemCount { mean, max, shape })
 }
 
 /// `expert_ffn_hidden` defaults to the model's `ffn_hidden` (Mixtral's layout: each expert is

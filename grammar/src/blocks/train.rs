@@ -5,9 +5,9 @@ use crate::diagnostic::Problem;
 use crate::eval::{Spanned, Value};
 use crate::fields::Fields;
 use crate::spec::{
-    CheckpointTarget, CompressionMethod, FailureSpec, FinetuneMethod, FinetuneSpec, Fp8Scaling,
-    Framework, GradCompression, LoraTargets, MemorySavingKernels, Mtbf, Optimizer, OverlapSpec,
-    Precision, TrainSpec,
+    CheckpointTarget, CompressionMethod, EncoderPlacement, FailureSpec, FinetuneMethod,
+    FinetuneSpec, Fp8Scaling, Framework, GradCompression, LoraTargets, MemorySavingKernels, Mtbf,
+    MultimodalTraining, Optimizer, OverlapSpec, Precision, TrainSpec,
 };
 use crate::suggest;
 use crate::units::Dim;
@@ -31,6 +31,7 @@ pub const FIELDS: &[&str] = &[
     "checkpoint",
     "finetune",
     "grad_compression",
+    "multimodal",
 ];
 
 const GRAD_COMPRESSION_FIELDS: &[&str] = &["method", "rank", "ratio"];
@@ -129,6 +130,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let failures = failures(f);
     let finetune = finetune(f);
     let grad_compression = grad_compression(f);
+    let multimodal = multimodal(f);
     if fp8_scaling.is_some() && precision != Precision::Fp8 {
         let at = f.get("fp8_scaling").map_or(f.anchor, |v| v.span);
         f.problems.push(
@@ -176,6 +178,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 failures,
                 finetune,
                 grad_compression,
+                multimodal,
             })
     };
     TrainDef {
@@ -183,6 +186,48 @@ pub fn lower(f: &mut Fields) -> TrainDef {
         cluster,
         spec,
     }
+}
+
+const MULTIMODAL_FIELDS: &[&str] = &["placement", "encoder_gpus", "reorder"];
+
+/// `multimodal = { placement = auto | first_stage | separate, encoder_gpus = 16, reorder =
+/// true }`.
+fn multimodal(f: &mut Fields) -> Option<MultimodalTraining> {
+    let value = f.get("multimodal").cloned()?;
+    let before = f.problems.len();
+    let mut r = Fields::record(
+        "multimodal",
+        &value,
+        "{ placement = separate, encoder_gpus = 16 }",
+        f.problems,
+    )?;
+    r.reject_unknown(MULTIMODAL_FIELDS);
+    let placements = EncoderPlacement::ALL.map(|p| (p.name(), p));
+    let placement = r
+        .choice("placement", &placements)
+        .unwrap_or(EncoderPlacement::Auto);
+    let encoder_gpus = r.count("encoder_gpus", 1);
+    let reorder = r.boolean("reorder").unwrap_or(true);
+    if encoder_gpus.is_some()
+        && ![EncoderPlacement::Separate, EncoderPlacement::Auto].contains(&placement)
+    {
+        let at = r.get("encoder_gpus").map_or(value.span, |v| v.span);
+        r.problems.push(
+            Problem::new(
+                at,
+                "`encoder_gpus` sizes the encoders' own GPUs, which `placement = first_stage` has none of",
+            )
+            .with_help("remove `encoder_gpus`, or choose `placement = separate`"),
+        );
+    }
+    if f.problems.len() > before {
+        return None;
+    }
+    Some(MultimodalTraining {
+        placement,
+        encoder_gpus,
+        reorder,
+    })
 }
 
 /// `memory_saving_kernels = true | false | auto`.

@@ -234,6 +234,19 @@ impl Report {
                 c.label()
             ));
         }
+        for encoder in &spec.model.encoders {
+            let placement = spec
+                .train
+                .multimodal
+                .map_or("first_stage", |m| m.placement.name());
+            self.unsupported(format!(
+                "encoder `{}` ({} layers of {}, {} tokens per item, placement {placement}): the \
+                 target's language-model script has no modality encoder; written for the \
+                 language model alone (Megatron-LM's LLaVA example and NeMo's multimodal \
+                 recipes train one, placed on the first pipeline stage)",
+                encoder.name, encoder.layers, encoder.hidden, encoder.tokens_per_item
+            ));
+        }
         if let Some(finetune) = spec.train.finetune.filter(|f| f.is_adapter()) {
             self.unsupported(format!(
                 "finetune = {} (rank {}): the target's training script trains every weight and \

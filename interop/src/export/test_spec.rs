@@ -20,6 +20,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             max_seq_len: Some(4096),
             position: PositionKind::Rope,
             moe: None,
+            encoders: Vec::new(),
         },
         cluster: ClusterSpec {
             name: "box".into(),
@@ -69,6 +70,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             failures: None,
             finetune: None,
             grad_compression: None,
+            multimodal: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

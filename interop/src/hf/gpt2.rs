@@ -40,6 +40,7 @@ pub(crate) fn import(
         max_seq_len: Some(positions),
         position: PositionKind::Learned,
         moe: None,
+        encoders: Vec::new(),
     };
     Ok((spec, notes))
 }

@@ -84,6 +84,7 @@ pub(crate) fn import(
         max_seq_len,
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     };
     Ok((spec, notes))
 }

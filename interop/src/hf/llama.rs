@@ -91,6 +91,7 @@ pub(crate) fn import(
         max_seq_len,
         position: PositionKind::Rope,
         moe,
+        encoders: Vec::new(),
     };
     Ok((spec, notes))
 }

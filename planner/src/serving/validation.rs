@@ -132,6 +132,7 @@ fn decoder(
         max_seq_len: None,
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 

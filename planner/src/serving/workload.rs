@@ -5,33 +5,7 @@
 
 use tessel_grammar::{LengthDistribution, LengthShape, ModelSpec, Request, Workload};
 
-/// SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
-/// OOPSLA 2014): small, fast, and the same sequence everywhere.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform on `(0, 1]`.
-    pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Exponential with mean 1.
-    pub fn exponential(&mut self) -> f64 {
-        -self.unit().ln()
-    }
-}
+pub use tessel_symbolic::SplitMix64;
 
 /// The longest context the model serves: its `max_seq_len`, else unbounded.
 fn context_limit(model: &ModelSpec) -> u64 {

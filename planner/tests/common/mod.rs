@@ -37,6 +37,7 @@ pub fn dense_model(
         max_seq_len: None,
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 
@@ -137,6 +138,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             failures: None,
             finetune: None,
             grad_compression: None,
+            multimodal: None,
         },
         strategies: Vec::new(),
         search: SearchSpace::default(),

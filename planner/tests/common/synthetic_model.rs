@@ -434,6 +434,7 @@ impl StageCostModel for SyntheticModel {
             time,
             stages: stage_estimates,
             interval: None,
+            multimodal: None,
         })
     }
 }

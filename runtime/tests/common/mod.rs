@@ -25,6 +25,7 @@ pub fn tiny_model() -> ModelSpec {
         max_seq_len: None,
         position: PositionKind::Rope,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 
@@ -47,6 +48,7 @@ pub fn gelu_layernorm() -> ModelSpec {
         max_seq_len: Some(16),
         position: PositionKind::Learned,
         moe: None,
+        encoders: Vec::new(),
     }
 }
 

@@ -57,8 +57,6 @@ impl LayerTimes {
 /// Backward of the flash-attention kernel relative to its forward: it recomputes the scores
 /// (one extra QKᵀ) besides the two gradient GEMMs per forward GEMM, 5 GEMMs against 2.
 const FLASH_BACKWARD_RATIO: f64 = 2.5;
-/// Causal masking halves the attention work when the kernel skips masked blocks.
-const CAUSAL_FRACTION: f64 = 0.5;
 /// HBM bytes per attention-score element of the unfused path (fp16/bf16): forward the fused
 /// scale-mask-softmax reads and writes 2 + 2, backward softmax reads the gradient and the
 /// probabilities and writes 2 + 2 + 2. Dropout adds, forward, a read of 2 and writes of 2 and
@@ -101,7 +99,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let attention_gemm_bwd = qkv.backward + proj.backward + attention_adapters.backward;
 
     let (attention_core_fwd, attention_core_bwd) = if ctx.flash {
-        let flops = k(4.0 * ctx.seq * ctx.q_dim * CAUSAL_FRACTION) * tokens.clone() / t.clone();
+        let flops =
+            k(4.0 * ctx.seq * ctx.q_dim * ctx.attended_fraction) * tokens.clone() / t.clone();
         let fwd = flops / (ctx.attention_peak * ctx.efficiency.attention);
         (fwd.clone(), k(FLASH_BACKWARD_RATIO) * fwd)
     } else {

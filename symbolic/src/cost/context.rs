@@ -21,6 +21,9 @@ pub(crate) fn k(value: f64) -> Expr {
     Expr::Const(value)
 }
 
+/// Causal masking halves the attention work when the kernel skips masked blocks.
+const CAUSAL_FRACTION: f64 = 0.5;
+
 /// 1 when the integer-valued `x` exceeds `threshold`, else 0.
 pub(crate) fn above(x: Expr, threshold: f64) -> Expr {
     Expr::min([Expr::max([x - threshold, k(0.0)]), k(1.0)])
@@ -157,6 +160,9 @@ pub(crate) struct Ctx {
     pub compiled: bool,
     /// Tempo's activation-saving kernels (`train.memory_saving_kernels`).
     pub memory_saving_kernels: bool,
+    /// Share of the `s × s` attention scores a fused kernel computes: ½ under the causal mask
+    /// (masked blocks are skipped), 1 for a bidirectional encoder.
+    pub attended_fraction: f64,
     pub framework: Framework,
     pub moe: Option<MoeNumbers>,
     pub bytes: StateBytes,
@@ -289,6 +295,7 @@ impl Ctx {
             compiled: train.compile,
             // `auto` is costed without them; the planner tries them beside.
             memory_saving_kernels: train.memory_saving_kernels.is_on(),
+            attended_fraction: CAUSAL_FRACTION,
             framework: train.framework,
             moe,
             bytes,

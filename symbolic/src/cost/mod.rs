@@ -4,6 +4,7 @@ mod calibration;
 mod communication;
 mod compute;
 mod context;
+mod encoder;
 mod error;
 mod layout;
 mod memory;
@@ -18,6 +19,7 @@ mod types;
 
 pub use calibration::{Calibration, ComputeParams, GpuGeneration, KernelEfficiency};
 pub(crate) use context::StateBytes;
+pub use encoder::{EncoderCost, EncoderStep, Encoders, MultimodalEstimate};
 pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};
@@ -27,7 +29,8 @@ pub use pools::{
     ReplicaShares,
 };
 pub use report::{
-    estimate_json, render_estimate_json, render_estimate_table, round6, step_interval_label,
+    encoder_placement_label, estimate_json, render_estimate_json, render_estimate_table, round6,
+    step_interval_label, uneven_items_label,
 };
 pub use slots::{slot_values, Output, Slot};
 pub use stage_exprs::{stage_cost_exprs, StagedExprs};

@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use tessel_grammar::{Offload, Precision, Recompute, RecomputeModules, Spec, Strategy};
 
 use super::calibration::{Calibration, KernelEfficiency};
+use super::encoder::Encoders;
 use super::layout::{microbatches, stage_layers, validate_strategy};
 use super::slots::{slot_values, Output, Slot};
 use super::stage_exprs::StagedExprs;
@@ -40,6 +41,8 @@ pub struct CostModel {
     /// `stage_cost` evaluates. `None` for a model built for a few evaluations only
     /// ([`CostModel::uncompiled`]), which walks `staged` instead.
     program: Option<Program>,
+    /// The encoders of a multimodal model.
+    encoders: Option<Encoders>,
 }
 
 impl CostModel {
@@ -90,6 +93,7 @@ impl CostModel {
             efficiency,
             staged: StagedExprs::new(spec, efficiency, calibration),
             program: None,
+            encoders: Encoders::new(spec, efficiency, calibration),
         })
     }
 
@@ -165,7 +169,23 @@ impl CostModel {
     ) -> StageOutputs {
         let m = microbatches(&self.spec, strategy).max(1);
         let values = slot_values(strategy, m, stage, layers, recompute, offload);
-        self.eval_slots(&values)
+        let mut out = self.eval_slots(&values);
+        if let Some(encoders) = self.encoders.as_ref().filter(|_| stage == 0) {
+            if encoders.separate_gpus().is_none() {
+                let cost = encoders.first_stage(strategy, m);
+                for (output, value) in [
+                    (Output::Compute, cost.microbatch_s),
+                    (Output::DpCommTail, cost.tail_s),
+                    (Output::Weights, cost.memory.weights),
+                    (Output::Gradients, cost.memory.gradients),
+                    (Output::OptimizerStates, cost.memory.optimizer),
+                    (Output::Activations, cost.memory.activations),
+                ] {
+                    out[output.index()] += value;
+                }
+            }
+        }
+        out
     }
 
     /// Evaluates every output from slot values (in [`Slot::ALL`] order).
@@ -210,6 +230,7 @@ impl CostModel {
             },
             peak_for(&self.spec),
             self.pipeline_shape(strategy),
+            self.encoders.as_ref(),
         )
     }
 }
@@ -229,6 +250,7 @@ pub(crate) fn estimate_stages(
     stage: &StageWork<'_>,
     peak_per_gpu: f64,
     shape: PipelineShape,
+    encoders: Option<&Encoders>,
 ) -> Result<Estimate, CostError> {
     validate_strategy(spec, strategy)?;
     let layers = stage_layers(spec, strategy);
@@ -240,7 +262,16 @@ pub(crate) fn estimate_stages(
         .unzip();
     let m = microbatches(spec, strategy).max(1) as f64;
     let costs: Vec<StageCost> = outputs.iter().map(|o| stage_cost_from_outputs(o)).collect();
-    let step = shape.step_time(&costs);
+    let encoder_step =
+        encoders.map(|e| e.step(spec, strategy, &costs, microbatches(spec, strategy)));
+    let step = match &encoder_step {
+        None => shape.step_time(&costs),
+        Some(e) => {
+            let with_encoders: Vec<StageCost> =
+                e.extra_stage.iter().chain(&costs).copied().collect();
+            shape.step_time(&with_encoders) + e.imbalance_s
+        }
+    };
     if !step.is_finite() || step <= 0.0 {
         return Err(CostError::strategy(
             &strategy.name,
@@ -253,6 +284,11 @@ pub(crate) fn estimate_stages(
     let mut time = per_microbatch_breakdown(&outputs[critical], m);
     add_tail(&mut time, &outputs[tail_stage]);
     time.bubble = (pipeline_part - m * costs[critical].microbatch_s).max(0.0);
+    if let Some(extra) = encoder_step.as_ref().and_then(|e| e.extra_stage) {
+        // The encoders' own stage: its exposed reduction sets the tail when it is the longest.
+        time.dp_comm += (extra.tail_s - costs[tail_stage].tail_s).max(0.0);
+        time.bubble = (step - time.total() + time.bubble).max(0.0);
+    }
 
     let compresses = spec
         .train
@@ -279,7 +315,7 @@ pub(crate) fn estimate_stages(
         })
         .collect();
 
-    let gpus = spec.cluster.total_gpus() as f64;
+    let gpus = (spec.cluster.total_gpus() + encoder_step.as_ref().map_or(0, |e| e.gpus)) as f64;
     let tokens_per_step = (spec.train.global_batch * spec.train.seq_len) as f64;
     let tokens_per_s = tokens_per_step / step;
     let model_flops_per_token = spec
@@ -296,8 +332,11 @@ pub(crate) fn estimate_stages(
             .zip(&capacities)
             .map(|(c, capacity)| c.memory.total() / capacity),
     );
-    let peak_memory = costs[binding].memory.total();
+    let mut peak_memory = costs[binding].memory.total();
     let capacity = capacities[binding];
+    if let Some(extra) = encoder_step.as_ref().and_then(|e| e.extra_stage) {
+        peak_memory = peak_memory.max(extra.memory.total());
+    }
     Ok(Estimate {
         step_time_s: step,
         tokens_per_s,
@@ -316,6 +355,7 @@ pub(crate) fn estimate_stages(
             tokens_per_s,
             &RunTraits::of(spec, strategy),
         )),
+        multimodal: encoder_step.map(|e| e.estimate),
     })
 }
 
@@ -383,6 +423,20 @@ fn validate_spec(spec: &Spec) -> Result<(), CostError> {
     for (name, value) in dims {
         if value == 0 {
             return Err(CostError::spec(format!("{name} must be at least 1")));
+        }
+    }
+    for encoder in &model.encoders {
+        let longest = encoder.items_per_sample.max * encoder.llm_tokens_per_item();
+        if longest > spec.train.seq_len {
+            return Err(CostError::spec(format!(
+                "a sample of encoder `{}`'s most items ({} × {} tokens) is longer than seq_len \
+                 ({}): lower `items_per_sample.max` to {}, raise `merge`, or lengthen the sequence",
+                encoder.name,
+                encoder.items_per_sample.max,
+                encoder.llm_tokens_per_item(),
+                spec.train.seq_len,
+                spec.train.seq_len / encoder.llm_tokens_per_item().max(1)
+            )));
         }
     }
     if !model.heads.is_multiple_of(model.kv_heads) {

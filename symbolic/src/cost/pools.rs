@@ -253,6 +253,7 @@ impl PooledCostModel {
             },
             peak / gpus as f64,
             self.pipeline_shape(strategy),
+            None,
         )
     }
 

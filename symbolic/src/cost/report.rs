@@ -4,9 +4,9 @@
 use std::fmt::Write;
 
 use serde_json::{json, Map, Value};
-use tessel_grammar::{Recompute, Spec, Strategy};
+use tessel_grammar::{EncoderPlacement, Recompute, Spec, Strategy};
 
-use super::{Estimate, MemoryBreakdown, TimeBreakdown};
+use super::{Estimate, MemoryBreakdown, MultimodalEstimate, TimeBreakdown};
 use crate::uncertainty::PredictionInterval;
 
 /// Rounds to 6 significant digits (0 and non-finite values pass through as 0).
@@ -105,6 +105,22 @@ pub fn estimate_json(estimate: &Estimate) -> Value {
     }
     map.insert("time_s".into(), time_json(&estimate.time));
     map.insert("stages".into(), Value::Array(stages));
+    if let Some(mm) = &estimate.multimodal {
+        map.insert(
+            "multimodal".into(),
+            json!({
+                "placement": mm.placement,
+                "encoder_tp": mm.encoder_tp,
+                "encoder_replicas": mm.encoder_replicas,
+                "encoder_gpus": mm.encoder_gpus,
+                "items_per_step": round6(mm.items_per_step),
+                "encoder_microbatch_s": round6(mm.encoder_microbatch_s),
+                "reorder": mm.reorder,
+                "imbalance_in_order_s": round6(mm.imbalance_in_order_s),
+                "imbalance_reordered_s": round6(mm.imbalance_reordered_s),
+            }),
+        );
+    }
     Value::Object(map)
 }
 
@@ -265,6 +281,10 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
     ] {
         let _ = writeln!(out, "  {name:<24}{value:>12.4}");
     }
+    if let Some(mm) = &est.multimodal {
+        let _ = writeln!(out, "\n{:<26}{}", "encoders", encoder_placement_label(mm));
+        let _ = writeln!(out, "{:<26}{}", "uneven items", uneven_items_label(mm));
+    }
     out.push_str("\nmemory per GPU by stage (GiB)\n");
     let _ = writeln!(
         out,
@@ -287,6 +307,37 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
         );
     }
     out
+}
+
+/// Where the encoders run and their load, in words.
+pub fn encoder_placement_label(mm: &MultimodalEstimate) -> String {
+    let placement = match mm.placement {
+        EncoderPlacement::Separate => format!(
+            "on {} GPUs of their own, {} replicas of tp {}",
+            mm.encoder_gpus, mm.encoder_replicas, mm.encoder_tp
+        ),
+        _ => format!(
+            "on the first stage, {} replicas of tp {}",
+            mm.encoder_replicas, mm.encoder_tp
+        ),
+    };
+    format!(
+        "{placement}; {:.0} items per step, {:.4} s per micro-batch",
+        mm.items_per_step, mm.encoder_microbatch_s
+    )
+}
+
+/// What uneven item counts cost a step, in data order and reordered, in words.
+pub fn uneven_items_label(mm: &MultimodalEstimate) -> String {
+    let chosen = if mm.reorder {
+        "reordered"
+    } else {
+        "in data order"
+    };
+    format!(
+        "{:.4} s per step in data order, {:.4} s reordered ({chosen} in the step time)",
+        mm.imbalance_in_order_s, mm.imbalance_reordered_s
+    )
 }
 
 #[cfg(test)]

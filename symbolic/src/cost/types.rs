@@ -134,4 +134,7 @@ pub struct Estimate {
     /// files written before intervals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<PredictionInterval>,
+    /// A multimodal model's encoders: where they run and what uneven items cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multimodal: Option<super::MultimodalEstimate>,
 }

@@ -393,6 +393,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
             PositionKind::Rope
         },
         moe: None,
+        encoders: Vec::new(),
     };
 
     let full_or = |default: Recompute, note: &str, assumptions: &mut Vec<String>| {
@@ -509,6 +510,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         failures: None,
         finetune: None,
         grad_compression: None,
+        multimodal: None,
     };
     let cluster = cluster_for(source_column, gpu_column, gpu, gpus);
     let search = SearchSpace {
