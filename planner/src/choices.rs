@@ -65,6 +65,12 @@ struct Resolver<'a, T> {
     plan: &'a dyn Fn(&mut T) -> &mut Plan,
 }
 
+/// Whether a plan's prediction fits: a separate encoders' stage is costed outside the
+/// search's memory constraints, so an alternative whose encoder GPUs overflow loses.
+fn fits(plan: &mut Plan) -> bool {
+    plan.prediction.fits
+}
+
 impl<T> Resolver<'_, T> {
     /// Plans `spec`, resolving its `auto` choices one after another.
     fn resolve(&self, spec: &Spec) -> Result<T, PlanError> {
@@ -166,7 +172,18 @@ impl<T> Resolver<'_, T> {
         let mut first_error = None;
         let mut times = Vec::with_capacity(variants.len());
         for (index, variant) in variants.iter().enumerate() {
-            match self.resolve(variant) {
+            match self.resolve(variant).and_then(|mut planned| {
+                if fits((self.plan)(&mut planned)) {
+                    Ok(planned)
+                } else {
+                    Err(PlanError::CostModel {
+                        message: format!(
+                            "the plan for alternative {} does not fit in memory",
+                            index + 1
+                        ),
+                    })
+                }
+            }) {
                 Ok(planned) => {
                     let time = (self.ranked)(&planned);
                     times.push(Some(time));

@@ -95,10 +95,19 @@ fn strategy_of(solved: &Solved) -> Strategy {
         .collect();
     // One recompute on every stage stays one, as frameworks without per-stage options write it
     // (`{ full_layers = 1 }` on a stage of one layer is still the same flag everywhere).
+    // Not when a stage holds fewer layers than the count (a first stage shortened for a
+    // multimodal model's encoders): that stage's is full recompute.
     let uniform = |r: &[Recompute]| r.windows(2).all(|w| w[0] == w[1]);
     let chosen: Vec<Recompute> = solved.options.iter().map(|o| o.recompute).collect();
+    let within = chosen
+        .iter()
+        .zip(&solved.stages)
+        .all(|(r, &layers)| match r {
+            Recompute::Partial { full_layers } => *full_layers <= layers,
+            _ => true,
+        });
     strategy.set_stage_options(
-        if uniform(&chosen) && !uniform(&canonical) {
+        if uniform(&chosen) && !uniform(&canonical) && within {
             chosen
         } else {
             canonical

@@ -84,6 +84,8 @@ pub struct Encoders {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderCost {
     pub tp: u64,
+    /// The encoders' layers recomputed in full in backward.
+    pub recompute: bool,
     /// Encoder replicas in all (those that reduce gradients together).
     pub replicas: u64,
     /// Seconds of forward and backward of one micro-batch's mean items (with the embeddings'
@@ -97,6 +99,16 @@ pub struct EncoderCost {
     pub item_s: Vec<f64>,
     /// Of `microbatch_s`, the embeddings' transfer (separate encoders only).
     pub transfer_s: f64,
+}
+
+/// How the encoders are laid out: each replica's tensor-parallel degree and recompute, the
+/// replicas that reduce gradients together, and the ZeRO stage that shards their states.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    tp: u64,
+    recompute: bool,
+    replicas: u64,
+    zero: u8,
 }
 
 /// The samples of a micro-batch (one language-model replica's, or every replica's when the
@@ -129,6 +141,8 @@ fn busiest_items(items: f64, replicas: f64) -> f64 {
 pub struct MultimodalEstimate {
     pub placement: EncoderPlacement,
     pub encoder_tp: u64,
+    /// The encoders' layers recomputed in full in backward.
+    pub encoder_recompute: bool,
     /// Encoder replicas in all.
     pub encoder_replicas: u64,
     /// GPUs of their own (`separate`), else 0.
@@ -137,6 +151,9 @@ pub struct MultimodalEstimate {
     pub items_per_step: f64,
     /// Seconds of one micro-batch's encoders at the mean load.
     pub encoder_microbatch_s: f64,
+    /// GiB per GPU of the encoders' weights, gradients, optimizer states and activations (on
+    /// the first stage, their share of it).
+    pub encoder_memory_gib: f64,
     pub reorder: bool,
     /// Seconds the step loses to uneven items, in data order and reordered; the step time
     /// carries the one `reorder` names.
@@ -197,41 +214,46 @@ impl Encoders {
     pub fn first_stage(&self, strategy: &Strategy, microbatches: u64) -> EncoderCost {
         let group = strategy.tp.max(1) * strategy.cp.max(1);
         let in_flight = in_flight(strategy, microbatches);
-        let costs: Vec<EncoderCost> = ENCODER_TPS
-            .iter()
-            .filter(|&&tp| group.is_multiple_of(tp))
-            .map(|&tp| {
+        let costs = self
+            .choices(|tp| group.is_multiple_of(tp))
+            .map(|(tp, recompute)| {
                 let replicas = group / tp;
-                let all_replicas = replicas * strategy.dp.max(1);
-                let group = Share {
+                let share = Share {
                     samples: strategy.microbatch as f64,
                     replicas: replicas as f64,
                 };
-                self.cost(tp, group, in_flight, all_replicas, 0.0)
+                let layout = Layout {
+                    tp,
+                    recompute,
+                    replicas: replicas * strategy.dp.max(1),
+                    zero: strategy.zero,
+                };
+                self.cost(layout, share, in_flight, 0.0)
             })
             .collect();
-        let budget = FIRST_STAGE_MEMORY_SHARE * self.capacity;
-        costs
-            .iter()
-            .filter(|c| c.memory.total() <= budget)
-            .min_by(|a, b| a.microbatch_s.total_cmp(&b.microbatch_s))
-            .or_else(|| {
-                costs
-                    .iter()
-                    .min_by(|a, b| a.memory.total().total_cmp(&b.memory.total()))
-            })
-            .cloned()
-            .expect("tp 1 divides every group")
+        fastest_within(costs, FIRST_STAGE_MEMORY_SHARE * self.capacity)
     }
 
     /// On `gpus` of their own, each micro-batch of every language-model replica spread over
-    /// all encoder replicas.
-    pub fn separate(&self, strategy: &Strategy, microbatches: u64, gpus: u64) -> EncoderCost {
+    /// all encoder replicas: the fastest tensor-parallel degree (within a node) whose encoders
+    /// fit in `budget` bytes per GPU, else the smallest.
+    pub fn separate(
+        &self,
+        strategy: &Strategy,
+        microbatches: u64,
+        gpus: u64,
+        budget: f64,
+    ) -> EncoderCost {
         let in_flight = (in_flight(strategy, microbatches) + 1.0).min(microbatches as f64);
-        ENCODER_TPS
+        // Language-model tokens the items of one sample become.
+        let tokens: f64 = self
+            .parts
             .iter()
-            .filter(|&&tp| gpus.is_multiple_of(tp) && tp as f64 <= self.gpus_per_node)
-            .map(|&tp| {
+            .map(|p| p.spec.items_per_sample.mean * p.spec.llm_tokens_per_item() as f64)
+            .sum();
+        let costs = self
+            .choices(|tp| gpus.is_multiple_of(tp) && tp as f64 <= self.gpus_per_node)
+            .map(|(tp, recompute)| {
                 let replicas = gpus / tp;
                 let share = Share {
                     samples: (strategy.dp.max(1) * strategy.microbatch) as f64,
@@ -239,39 +261,46 @@ impl Encoders {
                 };
                 // Each replica's tp GPUs send their part of the embeddings forward and take
                 // the gradients back, on their own NICs.
-                let tokens: f64 = self
-                    .parts
-                    .iter()
-                    .map(|p| p.spec.items_per_sample.mean * p.spec.llm_tokens_per_item() as f64)
-                    .sum();
                 let embeddings = share.samples / share.replicas
                     * tokens
                     * self.llm_hidden
                     * self.bytes.activation;
                 let transfer = 2.0 * embeddings / (tp as f64 * self.links.inter_bandwidth);
-                self.cost(tp, share, in_flight, replicas, transfer)
-            })
-            .min_by(|a, b| a.microbatch_s.total_cmp(&b.microbatch_s))
-            .unwrap_or_else(|| {
-                let none = Share {
-                    samples: 0.0,
-                    replicas: 1.0,
+                let layout = Layout {
+                    tp,
+                    recompute,
+                    replicas,
+                    zero: strategy.zero,
                 };
-                self.cost(1, none, 0.0, gpus.max(1), 0.0)
+                self.cost(layout, share, in_flight, transfer)
+            })
+            .collect();
+        fastest_within(costs, budget)
+    }
+
+    /// The tensor-parallel degrees `allowed`, each without and (for encoders that train) with
+    /// full recompute.
+    fn choices(&self, allowed: impl Fn(u64) -> bool) -> impl Iterator<Item = (u64, bool)> {
+        let trains = self.parts.iter().any(|p| !p.spec.frozen);
+        ENCODER_TPS
+            .into_iter()
+            .filter(move |&tp| allowed(tp))
+            .flat_map(move |tp| {
+                [(tp, false), (tp, true)]
+                    .into_iter()
+                    .filter(move |&(_, recompute)| trains || !recompute)
             })
     }
 
-    /// One replica of `tp` GPUs, the busiest of those sharing the items of `share`'s samples
-    /// per micro-batch, holding `in_flight` micro-batches at its peak, among `replicas` that
-    /// reduce gradients together.
-    fn cost(
-        &self,
-        tp: u64,
-        share: Share,
-        in_flight: f64,
-        replicas: u64,
-        transfer_s: f64,
-    ) -> EncoderCost {
+    /// One replica laid out as `layout`, the busiest of those sharing the items of `share`'s
+    /// samples per micro-batch, holding `in_flight` micro-batches at its peak.
+    fn cost(&self, layout: Layout, share: Share, in_flight: f64, transfer_s: f64) -> EncoderCost {
+        let Layout {
+            tp,
+            recompute,
+            replicas,
+            zero,
+        } = layout;
         let t = tp as f64;
         let mut microbatch_s = transfer_s;
         let mut item_s = Vec::with_capacity(self.parts.len());
@@ -286,10 +315,11 @@ impl Encoders {
             let at = items.max(1.0);
             let out = part.staged.eval(&slot_values(at, tp));
             let layers = e.layers as f64;
-            let backward = if e.frozen {
-                0.0
-            } else {
-                layers * out[LAYER_BACKWARD]
+            // Full recompute runs each layer's forward again before its backward.
+            let backward = match (e.frozen, recompute) {
+                (true, _) => 0.0,
+                (false, false) => layers * out[LAYER_BACKWARD],
+                (false, true) => layers * (out[LAYER_BACKWARD] + out[LAYER_FORWARD]),
             };
             let per_batch = layers * out[LAYER_FORWARD]
                 + backward
@@ -310,18 +340,22 @@ impl Encoders {
                 * (e.projector_input() as f64 + e.projector_middle(self.llm_hidden as u64) as f64)
                 * self.bytes.activation;
             // A frozen encoder keeps nothing for a backward: one layer's working set of one
-            // micro-batch at a time.
-            memory.activations += if e.frozen {
-                items * layer_per_item
-            } else {
-                peak_items * layers * layer_per_item
+            // micro-batch at a time; under full recompute each layer keeps its input, and one
+            // layer's working set is rebuilt at a time.
+            let layer_input = e.tokens_per_item as f64 * e.hidden as f64 * self.bytes.activation;
+            memory.activations += match (e.frozen, recompute) {
+                (true, _) => items * layer_per_item,
+                (false, false) => peak_items * layers * layer_per_item,
+                (false, true) => peak_items * layers * layer_input + items * layer_per_item,
             } + peak_items * projector_per_item / t;
             memory.weights += part.parameters / t * self.bytes.weight;
             trained += part.trained_parameters / t;
         }
         let shards = replicas as f64;
-        memory.gradients = trained * self.bytes.gradient;
-        memory.optimizer = trained * (self.bytes.master + self.bytes.moments) / shards;
+        let sharded = |stage: u8| if zero >= stage { shards } else { 1.0 };
+        memory.weights /= sharded(3);
+        memory.gradients = trained * self.bytes.gradient / sharded(2);
+        memory.optimizer = trained * (self.bytes.master + self.bytes.moments) / sharded(1);
         let group = Group::placed(
             shards,
             t,
@@ -339,9 +373,10 @@ impl Encoders {
         } else {
             0.0
         };
-        let optimizer = trained / shards * self.bytes.optimizer_step / self.hbm_rate;
+        let optimizer = trained / sharded(1) * self.bytes.optimizer_step / self.hbm_rate;
         EncoderCost {
             tp,
+            recompute,
             replicas,
             microbatch_s,
             tail_s: reduce + optimizer,
@@ -364,7 +399,8 @@ impl Encoders {
         let dp = strategy.dp.max(1);
         let (cost, placement, gpus) = match self.separate_gpus() {
             Some(gpus) => (
-                self.separate(strategy, m, gpus),
+                // The encoders' GPUs keep the first stage's fixed overheads beside them.
+                self.separate(strategy, m, gpus, self.capacity - stages[0].memory.buffers),
                 EncoderPlacement::Separate,
                 gpus,
             ),
@@ -408,16 +444,33 @@ impl Encoders {
             estimate: MultimodalEstimate {
                 placement,
                 encoder_tp: cost.tp,
+                encoder_recompute: cost.recompute,
                 encoder_replicas: cost.replicas,
                 encoder_gpus: gpus,
                 items_per_step,
                 encoder_microbatch_s: cost.microbatch_s,
+                encoder_memory_gib: cost.memory.total() / (1024.0 * 1024.0 * 1024.0),
                 reorder,
                 imbalance_in_order_s: in_order,
                 imbalance_reordered_s: reordered,
             },
         }
     }
+}
+
+/// The fastest of `costs` within `budget` bytes per GPU, else the smallest.
+fn fastest_within(costs: Vec<EncoderCost>, budget: f64) -> EncoderCost {
+    let fits = costs.iter().filter(|c| c.memory.total() <= budget);
+    let chosen = fits
+        .min_by(|a, b| a.microbatch_s.total_cmp(&b.microbatch_s))
+        .or_else(|| {
+            costs
+                .iter()
+                .min_by(|a, b| a.memory.total().total_cmp(&b.memory.total()))
+        });
+    chosen
+        .cloned()
+        .expect("at least one tensor-parallel degree divides")
 }
 
 /// The encoder as a model of its own shape for the language model's cost machinery, and its

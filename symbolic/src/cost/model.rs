@@ -284,10 +284,13 @@ pub(crate) fn estimate_stages(
     let mut time = per_microbatch_breakdown(&outputs[critical], m);
     add_tail(&mut time, &outputs[tail_stage]);
     time.bubble = (pipeline_part - m * costs[critical].microbatch_s).max(0.0);
-    if let Some(extra) = encoder_step.as_ref().and_then(|e| e.extra_stage) {
-        // The encoders' own stage: its exposed reduction sets the tail when it is the longest.
-        time.dp_comm += (extra.tail_s - costs[tail_stage].tail_s).max(0.0);
-        time.bubble = (step - time.total() + time.bubble).max(0.0);
+    if let Some(encoders) = &encoder_step {
+        // The encoders' own stage's exposed reduction, when it is the longest tail; what
+        // uneven items cost and the encoders' own stage add to the bubble.
+        if let Some(extra) = encoders.extra_stage {
+            time.dp_comm += (extra.tail_s - costs[tail_stage].tail_s).max(0.0);
+        }
+        time.bubble = (step - (time.total() - time.bubble)).max(0.0);
     }
 
     let compresses = spec
@@ -335,7 +338,9 @@ pub(crate) fn estimate_stages(
     let mut peak_memory = costs[binding].memory.total();
     let capacity = capacities[binding];
     if let Some(extra) = encoder_step.as_ref().and_then(|e| e.extra_stage) {
-        peak_memory = peak_memory.max(extra.memory.total());
+        // The encoders' own GPUs carry the first stage's fixed overheads (CUDA context, NCCL
+        // buffers, fragmentation) beside their states.
+        peak_memory = peak_memory.max(extra.memory.total() + costs[0].memory.buffers);
     }
     Ok(Estimate {
         step_time_s: step,

@@ -111,10 +111,12 @@ pub fn estimate_json(estimate: &Estimate) -> Value {
             json!({
                 "placement": mm.placement,
                 "encoder_tp": mm.encoder_tp,
+                "encoder_recompute": mm.encoder_recompute,
                 "encoder_replicas": mm.encoder_replicas,
                 "encoder_gpus": mm.encoder_gpus,
                 "items_per_step": round6(mm.items_per_step),
                 "encoder_microbatch_s": round6(mm.encoder_microbatch_s),
+                "encoder_memory_gib": round6(mm.encoder_memory_gib),
                 "reorder": mm.reorder,
                 "imbalance_in_order_s": round6(mm.imbalance_in_order_s),
                 "imbalance_reordered_s": round6(mm.imbalance_reordered_s),
@@ -311,19 +313,24 @@ pub fn render_estimate_table(spec: &Spec, strategy: &Strategy, est: &Estimate) -
 
 /// Where the encoders run and their load, in words.
 pub fn encoder_placement_label(mm: &MultimodalEstimate) -> String {
+    let recompute = if mm.encoder_recompute {
+        " with full recompute"
+    } else {
+        ""
+    };
     let placement = match mm.placement {
         EncoderPlacement::Separate => format!(
-            "on {} GPUs of their own, {} replicas of tp {}",
+            "on {} GPUs of their own, {} replicas of tp {}{recompute}",
             mm.encoder_gpus, mm.encoder_replicas, mm.encoder_tp
         ),
         _ => format!(
-            "on the first stage, {} replicas of tp {}",
+            "on the first stage, {} replicas of tp {}{recompute}",
             mm.encoder_replicas, mm.encoder_tp
         ),
     };
     format!(
-        "{placement}; {:.0} items per step, {:.4} s per micro-batch",
-        mm.items_per_step, mm.encoder_microbatch_s
+        "{placement}; {:.0} items per step, {:.4} s per micro-batch, {:.2} GiB per GPU",
+        mm.items_per_step, mm.encoder_microbatch_s, mm.encoder_memory_gib
     )
 }
 

@@ -189,6 +189,14 @@ pub fn gemm_generation(row: &GemmMeasurement) -> GpuGeneration {
     }
 }
 
+/// The GEMM measurements of one GPU generation.
+fn gemms_of(data: &Microbenchmarks, generation: GpuGeneration) -> Vec<&GemmMeasurement> {
+    data.gemms
+        .iter()
+        .filter(|r| gemm_generation(r) == generation)
+        .collect()
+}
+
 /// The GEMMs' fit loss at parameters `x` (in [`GEMM_RANGES`]' order).
 pub fn gemm_loss(rows: &[&GemmMeasurement], x: &[f64]) -> f64 {
     let params = gemm_params(x);
@@ -429,11 +437,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     // GEMMs: one parameter set per GPU generation.
     let mut gemms = BTreeMap::new();
     for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
-        let rows: Vec<&GemmMeasurement> = data
-            .gemms
-            .iter()
-            .filter(|r| gemm_generation(r) == generation)
-            .collect();
+        let rows = gemms_of(data, generation);
         if rows.is_empty() {
             continue;
         }
@@ -552,11 +556,7 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
     }
     let mut scores = Vec::new();
     for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
-        let rows: Vec<&GemmMeasurement> = data
-            .gemms
-            .iter()
-            .filter(|r| gemm_generation(r) == generation)
-            .collect();
+        let rows = gemms_of(data, generation);
         if let (false, Some(params)) = (rows.is_empty(), fitted.gemms.get(generation.name())) {
             scores.push(score(format!("GEMM: {}", generation.name()), &rows, |r| {
                 Some(relative_error(predict_gemm(r, params), r.seconds))

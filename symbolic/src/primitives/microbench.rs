@@ -75,6 +75,9 @@ pub struct MemoryMeasurement {
     pub bandwidth: f64,
 }
 
+/// The smallest copy a memory-bound pass is fitted on.
+const STREAM_MIN_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
+
 /// Everything read.
 #[derive(Clone, Debug, Default)]
 pub struct Microbenchmarks {
@@ -318,6 +321,14 @@ fn attention(row: &Row) -> Option<AttentionMeasurement> {
 
 fn memory(row: &Row) -> Option<MemoryMeasurement> {
     if !row.get("test").starts_with("hbm_") {
+        return None;
+    }
+    // Copies under 64 MiB time the launch, not the memory (STREAM sizes its arrays well past
+    // the caches); rows that do not give their size are STREAM's.
+    if row
+        .number("bytes")
+        .is_some_and(|bytes| bytes < STREAM_MIN_BYTES)
+    {
         return None;
     }
     let gpu = row.get("gpu").to_string();
