@@ -142,6 +142,7 @@ pub struct MultimodalEstimate {
     pub placement: EncoderPlacement,
     pub encoder_tp: u64,
     /// The encoders' layers recomputed in full in backward.
+    #[serde(default)]
     pub encoder_recompute: bool,
     /// Encoder replicas in all.
     pub encoder_replicas: u64,
@@ -153,6 +154,7 @@ pub struct MultimodalEstimate {
     pub encoder_microbatch_s: f64,
     /// GiB per GPU of the encoders' weights, gradients, optimizer states and activations (on
     /// the first stage, their share of it).
+    #[serde(default)]
     pub encoder_memory_gib: f64,
     pub reorder: bool,
     /// Seconds the step loses to uneven items, in data order and reordered; the step time
