@@ -19,7 +19,7 @@ mod types;
 
 pub use calibration::{Calibration, ComputeParams, GpuGeneration, KernelEfficiency};
 pub(crate) use context::StateBytes;
-pub use encoder::{EncoderCost, EncoderStep, Encoders, MultimodalEstimate};
+pub use encoder::MultimodalEstimate;
 pub use error::CostError;
 pub use layout::{microbatches, spread_layers, stage_layers, validate_strategy};
 pub use model::{CostModel, StageOutputs};
