@@ -21,6 +21,9 @@
 //!   that every micro-batch carries about as much encoder work (longest first, each to the
 //!   least loaded micro-batch with room).
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use serde::{Deserialize, Serialize};
 use tessel_grammar::{
     CountShape, EncoderPlacement, EncoderSpec, ItemCount, ModelSpec, MultimodalTraining,
@@ -30,12 +33,12 @@ use tessel_grammar::{
 use super::calibration::{Calibration, KernelEfficiency};
 use super::compute::layer_times;
 use super::context::{k, Ctx, StateBytes};
-use super::memory::layer_activations;
+use super::memory::{in_flight_of, layer_activations};
 use super::slots::Slot;
 use super::stage_exprs::StagedExprs;
 use super::types::{MemoryBreakdown, StageCost};
 use crate::primitives::{collective_time, Collective, CollectiveParams, Group, Links};
-use crate::SplitMix64;
+use crate::{SplitMix64, GIB};
 
 /// Tensor-parallel degrees an encoder replica may take.
 const ENCODER_TPS: [u64; 4] = [1, 2, 4, 8];
@@ -78,6 +81,19 @@ pub struct Encoders {
     nodes: f64,
     /// Bytes a GPU may use.
     capacity: f64,
+    first_stage_costs: FirstStageCosts,
+}
+
+/// The first stage's encoder costs by the strategy values they depend on: the planner asks
+/// for the same ones at every layer count, recompute and offload of the stage.
+#[derive(Debug, Default)]
+struct FirstStageCosts(Mutex<HashMap<[u64; 8], EncoderCost>>);
+
+impl Clone for FirstStageCosts {
+    /// A clone starts empty: what it holds is derived, and filled again on demand.
+    fn clone(&self) -> Self {
+        FirstStageCosts::default()
+    }
 }
 
 /// What the encoders cost one GPU that runs them, under one placement.
@@ -119,15 +135,10 @@ struct Share {
     replicas: f64,
 }
 
-impl Share {
-    /// Items the busiest replica takes of `items`: an image is not split between replicas, so
-    /// a replica takes whole items while there are fewer than replicas (at most the items
-    /// there are, which for a mean below one is the expected load).
-    fn busiest(&self, items: f64) -> f64 {
-        busiest_items(items, self.replicas)
-    }
-}
-
+/// Items the busiest of `replicas` takes of `items`: an image is not split between replicas,
+/// so a replica takes whole items while there are fewer than replicas (at most the items there
+/// are, which for a mean below one is the expected load); below one replica, one serves
+/// several micro-batches' items.
 fn busiest_items(items: f64, replicas: f64) -> f64 {
     if replicas <= 1.0 {
         items / replicas.max(f64::MIN_POSITIVE)
@@ -199,6 +210,7 @@ impl Encoders {
             gpus_per_node: cluster.gpus_per_node as f64,
             nodes: cluster.nodes as f64,
             capacity: cluster.gpu.memory * spec.search.memory_limit,
+            first_stage_costs: FirstStageCosts::default(),
         })
     }
 
@@ -214,6 +226,31 @@ impl Encoders {
     /// `auto` before the planner resolves it): the fastest tensor-parallel degree whose
     /// encoders take at most [`FIRST_STAGE_MEMORY_SHARE`] of a GPU, else the smallest.
     pub fn first_stage(&self, strategy: &Strategy, microbatches: u64) -> EncoderCost {
+        let key = [
+            strategy.tp,
+            strategy.cp,
+            strategy.dp,
+            strategy.pp,
+            strategy.interleave,
+            strategy.microbatch,
+            u64::from(strategy.zero),
+            microbatches,
+        ];
+        let costs = || {
+            self.first_stage_costs
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        if let Some(cost) = costs().get(&key) {
+            return cost.clone();
+        }
+        let cost = self.first_stage_uncached(strategy, microbatches);
+        costs().insert(key, cost.clone());
+        cost
+    }
+
+    fn first_stage_uncached(&self, strategy: &Strategy, microbatches: u64) -> EncoderCost {
         let group = strategy.tp.max(1) * strategy.cp.max(1);
         let in_flight = in_flight(strategy, microbatches);
         let costs = self
@@ -311,7 +348,7 @@ impl Encoders {
         for part in &self.parts {
             let e = &part.spec;
             let count = &e.items_per_sample;
-            let items = share.busiest(share.samples * count.mean);
+            let items = busiest_items(share.samples * count.mean, share.replicas);
             // Time and bytes scale with the items; cost them at the mean load (at least one
             // item, so that per-item figures stay finite).
             let at = items.max(1.0);
@@ -451,7 +488,7 @@ impl Encoders {
                 encoder_gpus: gpus,
                 items_per_step,
                 encoder_microbatch_s: cost.microbatch_s,
-                encoder_memory_gib: cost.memory.total() / (1024.0 * 1024.0 * 1024.0),
+                encoder_memory_gib: cost.memory.total() / GIB,
                 reorder,
                 imbalance_in_order_s: in_order,
                 imbalance_reordered_s: reordered,
@@ -582,17 +619,14 @@ fn slot_values(items: f64, tp: u64) -> Vec<f64> {
     values
 }
 
-/// Micro-batches the first pipeline device holds at its peak (the cost model's `in_flight`
-/// for stage 0).
+/// Micro-batches the first pipeline device holds at its peak.
 fn in_flight(strategy: &Strategy, microbatches: u64) -> f64 {
-    let p = strategy.pp.max(1) as f64;
-    let v = strategy.interleave.max(1) as f64;
-    let fill = if strategy.interleave > 1 {
-        (2.0 * (p - 1.0) + (v - 1.0) * p + 1.0) / v
-    } else {
-        p
-    };
-    fill.min(microbatches.max(1) as f64)
+    in_flight_of(
+        strategy.pp.max(1) as f64,
+        0.0,
+        strategy.interleave.max(1) as f64,
+        microbatches.max(1) as f64,
+    )
 }
 
 /// Variance of a sample's item count.

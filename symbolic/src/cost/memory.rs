@@ -55,6 +55,7 @@ use super::context::{above, k, Ctx};
 use super::parameters::{
     adapter_stage_params, layer_params, sharded_params, stage_params, trainable_sharded_params,
 };
+use crate::primitives::{c, exceeds, Scalar};
 use crate::Expr;
 
 /// Bytes of activations one layer keeps for one micro-batch without recompute, and the parts
@@ -206,14 +207,22 @@ const GELU_MASK_BYTES: f64 = 0.125;
 /// chunk-micro-batches, `/v` in whole-device units (for the first device `p + (p − 1)/v`,
 /// Korthikanti's `p·(1 + (p − 1)/(p·v))`).
 pub(crate) fn in_flight(ctx: &Ctx) -> Expr {
-    let p = ctx.p.clone();
-    let i = ctx.stage.clone();
-    let v = ctx.v.clone();
-    let interleaved = above(v.clone(), 1.0);
+    in_flight_of(
+        ctx.p.clone(),
+        ctx.stage.clone(),
+        ctx.v.clone(),
+        ctx.m.clone(),
+    )
+}
+
+/// [`in_flight`] over any [`Scalar`]: pipeline degree `p`, device `i`, chunks `v`,
+/// micro-batches `m`.
+pub(crate) fn in_flight_of<S: Scalar>(p: S, i: S, v: S, m: S) -> S {
+    let interleaved = exceeds(v.clone(), 1.0);
     let plain = p.clone() - i.clone();
-    let warmup = (k(2.0) * (p.clone() - i - 1.0) + (v.clone() - 1.0) * p + 1.0) / v;
-    let fill = (k(1.0) - interleaved.clone()) * plain + interleaved * warmup;
-    Expr::min([fill, ctx.m.clone()])
+    let warmup = (c::<S>(2.0) * (p.clone() - i - c(1.0)) + (v.clone() - c(1.0)) * p + c(1.0)) / v;
+    let fill = (c::<S>(1.0) - interleaved.clone()) * plain + interleaved * warmup;
+    fill.min_of(m)
 }
 
 /// Memory components of one GPU: weights, gradients, optimizer states, activations, buffers.
