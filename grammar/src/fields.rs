@@ -107,6 +107,23 @@ impl<'p> Fields<'p> {
         );
     }
 
+    /// A part taken out with [`Fields::take_pools`] or [`Fields::take_encoders`] (`prefix` is
+    /// its kind's): its name and its record, whose errors name it and the block it belongs to
+    /// (`parent`, e.g. ``cluster `c` ``) and point at its header.
+    pub fn part<'q, 'f>(
+        field: &'f ResolvedField,
+        prefix: &str,
+        parent: &str,
+        example: &str,
+        problems: &'q mut Vec<Problem>,
+    ) -> Option<(&'f str, Fields<'q>)> {
+        let name = &field.key.text[prefix.len()..];
+        let mut record = Fields::record(&field.key.text, &field.value, example, problems)?;
+        record.owner = format!("{prefix}`{name}` of {parent}");
+        record.anchor = field.key.span;
+        Some((name, record))
+    }
+
     /// Takes out the `pool NAME { … }` members (see [`POOL_PREFIX`]), in the order written.
     pub fn take_pools(&mut self) -> Vec<ResolvedField> {
         self.take_parts(POOL_PREFIX)

@@ -81,17 +81,15 @@ pub fn lower<'a>(
     let between = link(f, "between_pools", DEFAULT_INTER_NODE_LATENCY, Some(false));
     let mut lowered = Vec::with_capacity(pools.len());
     for pool in &pools {
-        let pool_name = &pool.key.text[POOL_PREFIX.len()..];
-        let Some(mut record) = Fields::record(
-            &pool.key.text,
-            &pool.value,
+        let Some((pool_name, mut record)) = Fields::part(
+            pool,
+            POOL_PREFIX,
+            &format!("cluster `{name}`"),
             "{ gpu = H100_SXM; nodes = 2; gpus_per_node = 8 }",
             f.problems,
         ) else {
             continue;
         };
-        record.owner = format!("pool `{pool_name}` of cluster `{name}`");
-        record.anchor = pool.key.span;
         lowered.push(lower_one(pool_name, &mut record, find_gpu, spec_dir));
     }
     if f.problems.len() > before {

@@ -75,17 +75,15 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<ModelSpec> {
     f.reject_unknown(FIELDS);
     let mut encoders = Vec::with_capacity(encoder_fields.len());
     for field in &encoder_fields {
-        let encoder_name = &field.key.text[ENCODER_PREFIX.len()..];
-        let Some(mut record) = Fields::record(
-            &field.key.text,
-            &field.value,
+        let Some((encoder_name, mut record)) = Fields::part(
+            field,
+            ENCODER_PREFIX,
+            &format!("model `{name}`"),
             "{ layers = 32, hidden = 1280, heads = 16, tokens_per_item = 1024, items_per_sample = { mean = 1 } }",
             f.problems,
         ) else {
             continue;
         };
-        record.owner = format!("encoder `{encoder_name}` of model `{name}`");
-        record.anchor = field.key.span;
         encoders.extend(encoder(encoder_name, &mut record));
     }
     let layers = f.required_count("layers", 1, "32");
