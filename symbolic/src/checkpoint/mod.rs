@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tessel_grammar::{CheckpointTarget, FailureSpec, Spec};
 
 use crate::cost::{Calibration, StateBytes};
+use crate::GIB;
 
 const DAY_S: f64 = 86_400.0;
 
@@ -119,8 +120,6 @@ pub fn checkpoint_cost(
         checkpointing_per_day_s: DAY_S * (1.0 - failing) * writing,
     })
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// Young's interval with Daly's first-order correction; the MTBF itself when a checkpoint
 /// takes half of it or more.

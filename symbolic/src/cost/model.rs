@@ -15,9 +15,7 @@ use super::{
     StageEstimate, TimeBreakdown,
 };
 use crate::uncertainty::{PredictionInterval, RunTraits};
-use crate::{Expr, Program, Symbol};
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+use crate::{Expr, Program, Symbol, GIB};
 
 /// Every output of one stage, in [`Output::ALL`] order.
 pub type StageOutputs = [f64; Output::ALL.len()];

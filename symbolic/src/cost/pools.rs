@@ -15,6 +15,7 @@ use super::model::{estimate_stages, peak_for};
 use super::slots::Output;
 use super::{CostError, CostModel, Estimate, PipelineShape, StageCost, StageOutputs};
 use crate::uncertainty::{PredictionInterval, RunTraits};
+use crate::GIB;
 
 /// One pool as the pipeline sees it.
 #[derive(Clone, Debug)]
@@ -504,8 +505,6 @@ fn best_shares(
     walk(0, total, 0.0, replicas, step, &mut Vec::new(), &mut best);
     best.map(|(_, shares)| shares)
 }
-
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,8 @@
 
 use tessel_grammar::{ClusterSpec, GpuEfficiency, GpuSpec, Link, PeakCompute};
 
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+use crate::GIB;
+
 const GB: f64 = 1e9;
 const TF: f64 = 1e12;
 
