@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{plan_explained_and_current, stdout, tessel};
+use common::{plan_explained_and_current, read_json, stdout, tessel};
 
 #[test]
 fn a_small_vision_encoder_runs_on_the_first_stage() {
@@ -24,8 +24,7 @@ fn a_small_vision_encoder_runs_on_the_first_stage() {
     );
     assert!(shown.contains("16 GPUs of their own"), "{shown}");
     // The plan file carries the choice and the prediction's encoders.
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let file = read_json(&plan);
     assert_eq!(file["placement_choice"]["chosen"], "first_stage");
     assert_eq!(file["prediction"]["multimodal"]["placement"], "first_stage");
     // Megatron-LM's script has no encoder: said, not dropped silently.
@@ -52,8 +51,7 @@ fn a_large_vision_encoder_shortens_the_first_stage() {
     );
     assert!(shown.contains("64 GPUs of their own"), "{shown}");
     // The first stage holds fewer layers than the others to make room.
-    let file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let file = read_json(&plan);
     let layers: Vec<u64> = file["stages"]
         .as_array()
         .unwrap()

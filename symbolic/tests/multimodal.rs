@@ -218,15 +218,7 @@ train { model = qwen35_vl_27b; cluster = h100; seq_len = SEQ; global_batch = BAT
         (2048, 32, 0.276),
         (2048, 64, 0.350),
     ];
-    let s = Strategy {
-        name: "tp4pp2dp2".into(),
-        tp: 4,
-        pp: 2,
-        dp: 2,
-        microbatch: 1,
-        sequence_parallel: true,
-        ..Strategy::default()
-    };
+    let s = strategy(4, 2, 2);
     let mut report = Vec::new();
     for (seq, batch, measured) in published {
         let text = text

@@ -23,6 +23,12 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A JSON file the binary wrote (a plan, a report).
+pub fn read_json(path: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 /// `tessel launch PLAN --backend cpu --scale 1 --steps STEPS --format json EXTRA...`, its
 /// report.
 pub fn launch_cpu(plan: &std::path::Path, steps: &str, extra: &[&str]) -> serde_json::Value {
