@@ -492,6 +492,10 @@ pub struct TrainSpec {
     pub precision: Precision,
     pub optimizer: Optimizer,
     pub flash_attention: bool,
+    /// Which fused attention kernel runs (`train.attention_kernel`); `None`: the framework's
+    /// own (Transformer Engine's cuDNN kernel under Megatron-LM, flash-attention 2 elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_kernel: Option<AttentionKernel>,
     /// Hidden and attention dropout probability; 0 (the default, as in Llama-style training)
     /// keeps no dropout masks. Megatron-LM's GPT default is 0.1.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -585,6 +589,34 @@ impl EncoderPlacement {
             EncoderPlacement::Auto => "auto",
             EncoderPlacement::FirstStage => "first_stage",
             EncoderPlacement::Separate => "separate",
+        }
+    }
+}
+
+/// `train.attention_kernel`: the fused attention kernel a run uses, when it is not its
+/// framework's own: `flash1` (FlashAttention v1 and kernels of its generation, such as the
+/// Triton port llm-foundry's `attn_impl: triton` runs), `flash2` (flash-attention 2, PyTorch's
+/// SDPA), `cudnn` (cuDNN's fused attention, Transformer Engine's on Hopper).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionKernel {
+    Flash1,
+    Flash2,
+    Cudnn,
+}
+
+impl AttentionKernel {
+    pub const ALL: [AttentionKernel; 3] = [
+        AttentionKernel::Flash1,
+        AttentionKernel::Flash2,
+        AttentionKernel::Cudnn,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Flash1 => "flash1",
+            AttentionKernel::Flash2 => "flash2",
+            AttentionKernel::Cudnn => "cudnn",
         }
     }
 }

@@ -3,7 +3,8 @@ shapes a transformer layer runs (and a sweep across sizes), the attention kernel
 forward+backward (PyTorch's flash backend), and HBM copy bandwidth. Writes three CSV files in
 the columns of data/microbench/ so that the rows can sit beside the published ones.
 
-Usage: python3 scripts/gpu/primitives.py OUT_DIR
+Usage: python3 scripts/gpu/primitives.py OUT_DIR [gemm] [attention] [cudnn] [memory]
+(all but `cudnn` when none is named; `cudnn` writes attention.csv with SDPA's cuDNN backend)
 Each figure is the median of 20 timed calls after 5 warm-ups, timed with CUDA events."""
 
 import csv
@@ -76,8 +77,16 @@ def bench_gemm(writer):
         del a, b
 
 
-def bench_attention(writer):
+ATTENTION_BACKENDS = {
+    "flash": ("FLASH_ATTENTION", "FlashAttention-2", "PyTorch SDPA flash backend (FlashAttention-2 kernels)"),
+    "cudnn": ("CUDNN_ATTENTION", "cuDNN", "PyTorch SDPA cuDNN backend (cuDNN's fused flash attention, Transformer Engine's kernel on Hopper)"),
+}
+
+
+def bench_attention(writer, backend="flash"):
     label, src = gpu_label(), source()
+    sdpa_backend, kernel, note = ATTENTION_BACKENDS[backend]
+    sdpa_backend = getattr(torch.nn.attention.SDPBackend, sdpa_backend)
     for head_dim in (64, 128):
         for seq in (512, 1024, 2048, 4096, 8192, 16384):
             heads = 2048 // head_dim if head_dim == 64 else 16
@@ -86,7 +95,7 @@ def bench_attention(writer):
                 for causal in (False, True):
                     q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda",
                                            dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-                    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+                    with torch.nn.attention.sdpa_kernel(sdpa_backend):
                         fwd = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
                         out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                         grad = torch.randn_like(out)
@@ -97,11 +106,11 @@ def bench_attention(writer):
                         fb = median_ms(both)
                     flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
                     for direction, ms, f in (("fwd", fwd, flops), ("fwd_bwd", fb, 3.5 * flops)):
-                        writer.writerow([label, "bf16", "FlashAttention-2", batch, seq, heads,
+                        writer.writerow([label, "bf16", kernel, batch, seq, heads,
                                          head_dim, "yes" if causal else "no", direction,
                                          f"{f / (ms * 1e-3) / 1e12:.1f}", f"{ms * 1e3:.1f}", src,
                                          "attention sweep",
-                                         "PyTorch SDPA flash backend (FlashAttention-2 kernels); FLOPs counted as flash-attention's benchmark does: 4·b·h·s²·d forward, "
+                                         f"{note}; FLOPs counted as flash-attention's benchmark does: 4·b·h·s²·d forward, "
                                          "halved when causal; forward+backward 3.5x forward"])
                     del q, k, v, out, grad
 
@@ -128,15 +137,22 @@ def bench_memory(writer):
                          "device to pinned host"])
 
 
+ATTENTION_HEADER = "gpu,dtype,kernel,batch,seq_len,heads,head_dim,causal,direction,tflops,time_us,source,table,notes"
+BENCHES = {
+    "gemm": ("gemm.csv", "gpu,dtype,m,n,k,tflops,time_us,library,source,table,notes", bench_gemm),
+    "attention": ("attention.csv", ATTENTION_HEADER, bench_attention),
+    "cudnn": ("attention.csv", ATTENTION_HEADER, lambda writer: bench_attention(writer, "cudnn")),
+    "memory": ("memory.csv", "gpu,test,bytes,gbps,source,table,notes", bench_memory),
+}
+
+
 def main():
     out = sys.argv[1]
+    chosen = sys.argv[2:] or ["gemm", "attention", "memory"]
     os.makedirs(out, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    for name, header, bench in (
-        ("gemm.csv", "gpu,dtype,m,n,k,tflops,time_us,library,source,table,notes", bench_gemm),
-        ("attention.csv", "gpu,dtype,kernel,batch,seq_len,heads,head_dim,causal,direction,tflops,time_us,source,table,notes", bench_attention),
-        ("memory.csv", "gpu,test,bytes,gbps,source,table,notes", bench_memory),
-    ):
+    for choice in chosen:
+        name, header, bench = BENCHES[choice]
         with open(os.path.join(out, name), "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(header.split(","))

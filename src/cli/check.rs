@@ -153,7 +153,11 @@ fn job(out: &mut String, spec: &Spec) {
             tessel_grammar::Optimizer::Adam => "adam",
             tessel_grammar::Optimizer::Sgd => "sgd",
         },
-        if train.flash_attention { "on" } else { "off" },
+        match (train.flash_attention, train.attention_kernel) {
+            (false, _) => "off".to_string(),
+            (true, None) => "on".to_string(),
+            (true, Some(kernel)) => format!("on ({})", kernel.name()),
+        },
         if train.dropout > 0.0 {
             format!(", dropout {}", train.dropout)
         } else {

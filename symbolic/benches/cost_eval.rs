@@ -74,6 +74,7 @@ fn spec() -> Spec {
             precision: Precision::Bf16,
             optimizer: Optimizer::Adam,
             flash_attention: true,
+            attention_kernel: None,
             dropout: 0.0,
             framework: Default::default(),
             fp8_scaling: None,

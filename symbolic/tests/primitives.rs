@@ -49,14 +49,24 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
     }
     for (label, generation, kernel) in [
         (
-            "ampere.flash_attention_2",
+            "ampere.flash2",
             GpuGeneration::Ampere,
-            AttentionKernel::FlashAttention2,
+            AttentionKernel::Flash2,
         ),
         (
-            "hopper.flash_attention_2",
+            "hopper.flash2",
             GpuGeneration::Hopper,
-            AttentionKernel::FlashAttention2,
+            AttentionKernel::Flash2,
+        ),
+        (
+            "ampere.flash1",
+            GpuGeneration::Ampere,
+            AttentionKernel::Flash1,
+        ),
+        (
+            "hopper.flash1",
+            GpuGeneration::Hopper,
+            AttentionKernel::Flash1,
         ),
         (
             "hopper.cudnn",

@@ -5,9 +5,9 @@ use crate::diagnostic::Problem;
 use crate::eval::{Spanned, Value};
 use crate::fields::Fields;
 use crate::spec::{
-    CheckpointTarget, CompressionMethod, EncoderPlacement, FailureSpec, FinetuneMethod,
-    FinetuneSpec, Fp8Scaling, Framework, GradCompression, LoraTargets, MemorySavingKernels, Mtbf,
-    MultimodalTraining, Optimizer, OverlapSpec, Precision, TrainSpec,
+    AttentionKernel, CheckpointTarget, CompressionMethod, EncoderPlacement, FailureSpec,
+    FinetuneMethod, FinetuneSpec, Fp8Scaling, Framework, GradCompression, LoraTargets,
+    MemorySavingKernels, Mtbf, MultimodalTraining, Optimizer, OverlapSpec, Precision, TrainSpec,
 };
 use crate::suggest;
 use crate::units::Dim;
@@ -20,6 +20,7 @@ pub const FIELDS: &[&str] = &[
     "precision",
     "optimizer",
     "flash_attention",
+    "attention_kernel",
     "dropout",
     "framework",
     "fp8_scaling",
@@ -103,6 +104,18 @@ pub fn lower(f: &mut Fields) -> TrainDef {
     let precision = f.choice("precision", PRECISIONS).unwrap_or(Precision::Bf16);
     let optimizer = f.choice("optimizer", OPTIMIZERS).unwrap_or(Optimizer::Adam);
     let flash_attention = f.boolean("flash_attention").unwrap_or(true);
+    let kernels = AttentionKernel::ALL.map(|kernel| (kernel.name(), kernel));
+    let attention_kernel = f.choice("attention_kernel", &kernels);
+    if attention_kernel.is_some() && !flash_attention {
+        let at = f.get("attention_kernel").map_or(f.anchor, |v| v.span);
+        f.problems.push(
+            Problem::new(
+                at,
+                "`attention_kernel` names a fused kernel, but `flash_attention = false`",
+            )
+            .with_help("set `flash_attention = true`, or remove `attention_kernel`"),
+        );
+    }
     let dropout = f.fraction("dropout").unwrap_or(0.0);
     let frameworks = Framework::ALL.map(|framework| (framework.name(), framework));
     let framework = f.choice("framework", &frameworks).unwrap_or_default();
@@ -168,6 +181,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 precision,
                 optimizer,
                 flash_attention,
+                attention_kernel,
                 dropout,
                 framework,
                 fp8_scaling,

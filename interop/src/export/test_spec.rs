@@ -60,6 +60,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             precision: Precision::Bf16,
             optimizer: Optimizer::Adam,
             flash_attention: true,
+            attention_kernel: None,
             dropout: 0.0,
             framework: Default::default(),
             fp8_scaling: None,

@@ -6,11 +6,11 @@
 //! --release -p tessel-symbolic --example calibrate`) by a coordinate search inside physically
 //! plausible ranges, on every published source with complete configurations, each source
 //! weighing the same, with Korthikanti et al.'s Table 5 target as an extra term, starting from
-//! round priors and from the committed values and keeping the better fit. Fitted (15 for
+//! round priors and from the committed values and keeping the better fit. Fitted (13 for
 //! throughput): Ampere, Volta, Hopper and Ada `matmul` (the level of a large GEMM's rate in a
-//! step; shapes are the GEMM primitive's), Hopper `fp8_matmul`, Ampere and Hopper `attention`,
-//! Hopper `native_attention` (Ampere's is its `attention`), Ampere (shared by Volta) and Hopper
-//! `memory`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`, `fp8_rowwise_matmul`
+//! step; shapes are the GEMM primitive's), Hopper `fp8_matmul`, `flash_attention_in_step` (the
+//! attention itself is the primitive's, fitted on kernel microbenchmarks), Ampere (shared by
+//! Volta) and Hopper `memory`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`, `fp8_rowwise_matmul`
 //! (torchtitan's row-wise float8 runs are its only data) and `misaligned_matmul` (BLOOM's sweeps
 //! over head counts are its only data); then the memory overheads (CUDA context, NCCL buffers,
 //! fragmentation, logits bytes, the allocator's cache in reserved readings) against the
@@ -20,9 +20,9 @@
 //! `docs/VALIDATION.md`. Everything not named here (Ada's other fractions, unknown GPUs,
 //! `ep_overlap`, optimizer bytes) is a prior.
 
-use tessel_grammar::{Framework, GpuSpec};
+use tessel_grammar::{Framework, GpuSpec, TrainSpec};
 
-use crate::primitives::{CollectiveParams, GemmParams};
+use crate::primitives::{AttentionKernel, AttentionParams, CollectiveParams, GemmParams};
 
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +73,29 @@ impl GpuGeneration {
     }
 }
 
+/// How fast a fused (flash) attention kernel runs in a training step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AttentionRate {
+    /// The attention primitive of the kernel on the GPU's generation, fitted on attention
+    /// microbenchmarks: its rate by sequence length, head width and mask, its backward at the
+    /// primitive's ratio to the forward. No training run refits it.
+    Kernel(AttentionParams),
+    /// A fraction of peak, forward and backward alike (a spec's `efficiency.attention`).
+    Flat(f64),
+}
+
+impl AttentionRate {
+    fn scaled(self, factor: f64) -> AttentionRate {
+        match self {
+            AttentionRate::Kernel(params) => AttentionRate::Kernel(AttentionParams {
+                efficiency: params.efficiency * factor,
+                ..params
+            }),
+            AttentionRate::Flat(fraction) => AttentionRate::Flat(fraction * factor),
+        }
+    }
+}
+
 /// Achievable fractions of peak for one GPU.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KernelEfficiency {
@@ -83,90 +106,85 @@ pub struct KernelEfficiency {
     /// Fraction of the fp8 peak a large fp8 matmul reaches (scaling and casts keep it below
     /// the bf16 fraction).
     pub fp8_matmul: f64,
-    /// Fraction of the bf16/fp16 peak the fused (flash) attention kernel reaches: flash-attention
-    /// 2's, which the PyTorch-native stacks (SDPA) and DeepSpeed run.
-    pub attention: f64,
-    /// The same for the fused attention Transformer Engine runs under Megatron-LM (cuDNN's):
-    /// on Hopper written for its asynchronous tensor-core instructions (`wgmma`, TMA), which
-    /// flash-attention 2's Ampere-era kernels do not use (Shah et al. 2024, FlashAttention-3,
-    /// arXiv 2407.08608: 1.5–2× flash-attention 2 on H100); elsewhere the two kernels are of a
-    /// kind and share `attention`.
-    pub native_attention: f64,
+    /// The fused attention: flash-attention 2's primitive on this GPU until
+    /// [`KernelEfficiency::for_training`] picks the kernel the training software runs, or the
+    /// spec's flat fraction.
+    pub attention: AttentionRate,
     /// Fraction of HBM bandwidth memory-bound kernels reach.
     pub memory: f64,
+    /// The GPU's generation, whose attention primitive `for_training` looks up.
+    pub generation: GpuGeneration,
 }
 
 impl KernelEfficiency {
     /// Defaults per generation, overridden by the spec's `GpuSpec.efficiency`.
     pub fn for_gpu(gpu: &GpuSpec) -> KernelEfficiency {
-        let base = match GpuGeneration::from_name(&gpu.name) {
-            GpuGeneration::Volta => KernelEfficiency {
-                matmul: 0.8386,
-                fp8_matmul: 0.6,
-                attention: 0.40,
-                native_attention: 0.40,
-                memory: 0.7932,
-            },
-            GpuGeneration::Ampere => KernelEfficiency {
-                matmul: 0.8196,
-                fp8_matmul: 0.6,
-                attention: 0.2603,
-                native_attention: 0.2603,
-                memory: 0.7932,
-            },
-            GpuGeneration::Ada => KernelEfficiency {
-                matmul: 0.7778,
-                fp8_matmul: 0.6,
-                attention: 0.50,
-                native_attention: 0.50,
-                memory: 0.70,
-            },
-            GpuGeneration::Hopper => KernelEfficiency {
-                matmul: 0.6095,
-                fp8_matmul: 0.7817,
-                attention: 0.1775,
-                native_attention: 0.4040,
-                memory: 0.40,
-            },
-            GpuGeneration::Other => KernelEfficiency {
-                matmul: 0.75,
-                fp8_matmul: 0.6,
-                attention: 0.45,
-                native_attention: 0.45,
-                memory: 0.65,
-            },
+        let generation = GpuGeneration::from_name(&gpu.name);
+        let (matmul, fp8_matmul, memory) = match generation {
+            GpuGeneration::Volta => (0.8386, 0.6, 0.7932),
+            GpuGeneration::Ampere => (0.8196, 0.6, 0.7932),
+            GpuGeneration::Ada => (0.7778, 0.6, 0.70),
+            GpuGeneration::Hopper => (0.6244, 0.7668, 0.40),
+            GpuGeneration::Other => (0.75, 0.6, 0.65),
+        };
+        let attention = match gpu.efficiency.attention {
+            Some(fraction) => AttentionRate::Flat(fraction),
+            None => AttentionRate::Kernel(AttentionParams::for_kernel(
+                generation,
+                AttentionKernel::Flash2,
+            )),
         };
         KernelEfficiency {
-            matmul: gpu.efficiency.matmul.unwrap_or(base.matmul),
-            attention: gpu.efficiency.attention.unwrap_or(base.attention),
-            native_attention: gpu.efficiency.attention.unwrap_or(base.native_attention),
-            memory: gpu.efficiency.memory.unwrap_or(base.memory),
-            ..base
+            matmul: gpu.efficiency.matmul.unwrap_or(matmul),
+            fp8_matmul,
+            attention,
+            memory: gpu.efficiency.memory.unwrap_or(memory),
+            generation,
         }
     }
 
     /// The fractions the given training software reaches. The per-GPU fractions describe
-    /// Megatron-LM's kernels, whose attention is Transformer Engine's (`native_attention`);
-    /// the other stacks run flash-attention 2 (`attention`). DeepSpeed's kernels
+    /// Megatron-LM's kernels. Its attention is Transformer Engine's (cuDNN's fused kernel),
+    /// costed at its microbenchmarked rate; the other stacks run flash-attention 2 unless the
+    /// spec names another kernel (`train.attention_kernel`), at the calibrated fraction
+    /// `flash_attention_in_step` of the kernel's benchmarked rate. DeepSpeed's kernels
     /// (Megatron-DeepSpeed's, its pipeline engine's host overheads) run at the calibrated
     /// fraction `deepspeed_kernels` of them, every kernel class alike. The FSDP stacks get no
     /// factor of their own: fitted, it came out at 0.97, and with all DeepSpeed runs on A100s
     /// it cannot be told apart from the GPU's fractions.
-    pub fn for_framework(self, framework: Framework, cal: &Calibration) -> KernelEfficiency {
-        let factor = match framework {
+    pub fn for_training(self, train: &TrainSpec, cal: &Calibration) -> KernelEfficiency {
+        let factor = match train.framework {
             Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => {
                 1.0
             }
             Framework::Deepspeed => cal.deepspeed_kernels,
         };
-        let attention = match framework {
-            Framework::Megatron | Framework::MegatronFsdp => self.native_attention,
-            Framework::Deepspeed | Framework::Fsdp | Framework::Tessel => self.attention,
+        let megatron = matches!(
+            train.framework,
+            Framework::Megatron | Framework::MegatronFsdp
+        );
+        let attention = match self.attention {
+            AttentionRate::Flat(_) => self.attention,
+            AttentionRate::Kernel(_) => {
+                let default = if megatron {
+                    AttentionKernel::Cudnn
+                } else {
+                    AttentionKernel::Flash2
+                };
+                let kernel = train.attention_kernel.unwrap_or(default);
+                let in_step = if megatron {
+                    1.0
+                } else {
+                    cal.flash_attention_in_step
+                };
+                AttentionRate::Kernel(AttentionParams::for_kernel(self.generation, kernel))
+                    .scaled(in_step)
+            }
         };
         KernelEfficiency {
             matmul: self.matmul * factor,
             fp8_matmul: self.fp8_matmul * factor,
-            attention: attention * factor,
+            attention: attention.scaled(factor),
             memory: self.memory * factor,
             ..self
         }
@@ -214,6 +232,10 @@ pub struct Calibration {
     /// (`tessel calibrate` on `tessel launch --trace` files); `None`: the GPU's fractions and
     /// the committed `layer_overhead_s`.
     pub compute: Option<ComputeParams>,
+    /// The rate the non-Megatron stacks' fused attention reaches in a training step relative
+    /// to flash-attention 2's microbenchmarks (the attention primitive): PyTorch's SDPA and
+    /// llm-foundry's Triton kernel are other builds of the algorithm than the benchmarked one.
+    pub flash_attention_in_step: f64,
     /// Fraction of pipeline point-to-point time that stays exposed.
     pub pp_exposed: f64,
     /// Fraction of expert-parallel all-to-all time hidden behind compute.
@@ -221,7 +243,7 @@ pub struct Calibration {
     /// Fixed time per layer and micro-batch pass (kernel launches, synchronisation), seconds.
     pub layer_overhead_s: f64,
     /// Throughput of DeepSpeed's kernels relative to Megatron-LM's (see
-    /// [`KernelEfficiency::for_framework`]).
+    /// [`KernelEfficiency::for_training`]).
     pub deepspeed_kernels: f64,
     /// Throughput of row-scaled FP8 GEMMs relative to tensor-scaled ones (`fp8_matmul`):
     /// the scale vectors are applied in the kernel's epilogue, and the kernels are newer and
@@ -308,7 +330,8 @@ impl Default for Calibration {
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,
             deepspeed_kernels: 0.7998,
-            fp8_rowwise_matmul: 0.4284,
+            flash_attention_in_step: 0.7044,
+            fp8_rowwise_matmul: 0.4386,
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,

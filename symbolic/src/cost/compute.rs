@@ -101,8 +101,11 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let (attention_core_fwd, attention_core_bwd) = if ctx.flash {
         let flops =
             k(4.0 * ctx.seq * ctx.q_dim * ctx.attended_fraction) * tokens.clone() / t.clone();
-        let fwd = flops / (ctx.attention_peak * ctx.efficiency.attention);
-        (fwd.clone(), k(FLASH_BACKWARD_RATIO) * fwd)
+        let (forward_rate, backward_rate) = ctx.attention_rates();
+        (
+            flops.clone() / forward_rate,
+            k(FLASH_BACKWARD_RATIO) * flops / backward_rate,
+        )
     } else {
         // Per head: scores `s/c × s` over `head_dim`, then values `s/c × head_dim` over `s`.
         let heads = ctx.b.clone() * ctx.heads / t.clone();

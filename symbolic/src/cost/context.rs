@@ -9,11 +9,11 @@ use tessel_grammar::{
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::calibration::{Calibration, GpuGeneration, KernelEfficiency};
+use super::calibration::{AttentionRate, Calibration, GpuGeneration, KernelEfficiency};
 use super::slots::Slot;
 use crate::primitives::{
-    collective_time, compute_units, gemm_time, Collective, CollectiveParams, GemmDevice,
-    GemmParams, Group, Links, HBM_STREAM_FRACTION,
+    attention_forward_rate, collective_time, compute_units, gemm_time, Collective,
+    CollectiveParams, GemmDevice, GemmParams, Group, Links, HBM_STREAM_FRACTION,
 };
 use crate::{Expr, Symbol};
 
@@ -302,7 +302,7 @@ impl Ctx {
             matmul_peak,
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
-            efficiency: efficiency.for_framework(train.framework, &cal),
+            efficiency: efficiency.for_training(train, &cal),
             gemm: cal.gemm.unwrap_or_else(|| {
                 GemmParams::for_generation(GpuGeneration::from_name(&cluster.gpu.name))
             }),
@@ -380,6 +380,29 @@ impl Ctx {
     /// The intermediates in binding order.
     pub fn take_bindings(&self) -> Vec<Expr> {
         self.bindings.take()
+    }
+
+    /// The fused attention kernel's forward and backward rates, FLOP/s: the attention
+    /// primitive at the query block each rank runs (its sequence shard under context
+    /// parallelism) and the model's head width, or the spec's flat fraction of peak.
+    pub fn attention_rates(&self) -> (Expr, Expr) {
+        match self.efficiency.attention {
+            AttentionRate::Kernel(params) => {
+                let causal = self.attended_fraction < 1.0;
+                let forward = self.bind(attention_forward_rate(
+                    self.attention_peak,
+                    self.local_seq(),
+                    self.head_dim,
+                    causal,
+                    &params,
+                ));
+                (forward.clone(), forward * params.backward)
+            }
+            AttentionRate::Flat(fraction) => {
+                let rate = k(self.attention_peak * fraction);
+                (rate.clone(), rate)
+            }
+        }
     }
 
     /// Sequence positions each GPU holds: `s / c`.

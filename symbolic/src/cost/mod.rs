@@ -17,7 +17,7 @@ mod slots;
 mod stage_exprs;
 mod types;
 
-pub use calibration::{Calibration, ComputeParams, GpuGeneration, KernelEfficiency};
+pub use calibration::{AttentionRate, Calibration, ComputeParams, GpuGeneration, KernelEfficiency};
 pub(crate) use context::StateBytes;
 pub use encoder::MultimodalEstimate;
 pub use error::CostError;

@@ -10,29 +10,15 @@
 use super::scalar::{c, Scalar};
 use crate::cost::GpuGeneration;
 
-/// The kernels the cost model runs: flash-attention 2 (PyTorch's SDPA, DeepSpeed) and the
-/// Hopper-native kernels of cuDNN (Transformer Engine's fused attention under Megatron-LM).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum AttentionKernel {
-    FlashAttention2,
-    Cudnn,
-}
+pub use tessel_grammar::AttentionKernel;
 
-impl AttentionKernel {
-    /// The kernel named by a benchmark's label.
-    pub fn from_label(label: &str) -> Option<AttentionKernel> {
-        match label {
-            "FlashAttention-2" => Some(AttentionKernel::FlashAttention2),
-            "cuDNN" => Some(AttentionKernel::Cudnn),
-            _ => None,
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            AttentionKernel::FlashAttention2 => "flash_attention_2",
-            AttentionKernel::Cudnn => "cudnn",
-        }
+/// The kernel a benchmark's label names, among those the cost model runs.
+pub fn kernel_of_label(label: &str) -> Option<AttentionKernel> {
+    match label {
+        "FlashAttention (v1)" => Some(AttentionKernel::Flash1),
+        "FlashAttention-2" => Some(AttentionKernel::Flash2),
+        "cuDNN" => Some(AttentionKernel::Cudnn),
+        _ => None,
     }
 }
 
@@ -64,25 +50,38 @@ impl Default for AttentionParams {
 }
 
 impl AttentionParams {
-    /// The committed fit (`fit::fit_attention`) of `kernel` on `generation`. The cuDNN kernel
-    /// was measured forward only, so its backward ratio stays at the prior; off Hopper
+    /// The committed fit (`fit::fit_attention`) of `kernel` on `generation`. Off Hopper
     /// cuDNN's kernels are of flash-attention 2's kind and share its fit; generations without
     /// measurements take Ampere's.
     pub fn for_kernel(generation: GpuGeneration, kernel: AttentionKernel) -> AttentionParams {
         match (generation, kernel) {
             (GpuGeneration::Hopper, AttentionKernel::Cudnn) => AttentionParams {
-                efficiency: 0.7852,
-                seq_half: 255.0,
-                head_dim_half: 36.88,
-                causal: 0.7825,
-                backward: 0.75,
+                efficiency: 0.8177,
+                seq_half: 316.5,
+                head_dim_half: 42.0,
+                causal: 0.8009,
+                backward: 0.8783,
             },
-            (GpuGeneration::Hopper, AttentionKernel::FlashAttention2) => AttentionParams {
+            (GpuGeneration::Hopper, AttentionKernel::Flash2) => AttentionParams {
                 efficiency: 0.4028,
                 seq_half: 234.5,
                 head_dim_half: 6.0,
                 causal: 0.7961,
                 backward: 0.7776,
+            },
+            (GpuGeneration::Hopper, AttentionKernel::Flash1) => AttentionParams {
+                efficiency: 0.25,
+                seq_half: 128.0,
+                head_dim_half: 0.0,
+                causal: 0.8,
+                backward: 0.4883,
+            },
+            (_, AttentionKernel::Flash1) => AttentionParams {
+                efficiency: 0.5781,
+                seq_half: 236.0,
+                head_dim_half: 0.0,
+                causal: 0.7551,
+                backward: 0.5365,
             },
             _ => AttentionParams {
                 efficiency: 1.1247,

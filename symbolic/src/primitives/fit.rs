@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::attention::{attention_tflops, AttentionKernel, AttentionParams};
+use super::attention::{attention_tflops, kernel_of_label, AttentionKernel, AttentionParams};
 use super::collective::{collective_time, Collective, CollectiveParams, Group};
 use super::gemm::{gemm_time, GemmParams};
 use super::microbench::{
@@ -264,7 +264,7 @@ pub fn fit_attention(rows: &[&AttentionMeasurement], start: &AttentionParams) ->
 /// uses that kernel.
 pub fn attention_class(row: &AttentionMeasurement) -> Option<(GpuGeneration, AttentionKernel)> {
     let generation = GpuGeneration::from_name(&row.gpu);
-    let kernel = AttentionKernel::from_label(&row.kernel)?;
+    let kernel = kernel_of_label(&row.kernel)?;
     Some((generation, kernel))
 }
 
@@ -462,7 +462,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     for row in &data.attention {
         if let Some((generation, kernel)) = attention_class(row) {
             classes
-                .entry(format!("{}.{}", generation.name(), kernel.label()))
+                .entry(format!("{}.{}", generation.name(), kernel.name()))
                 .or_default()
                 .push(row);
         }
@@ -570,7 +570,7 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
             let params =
                 fitted
                     .attention
-                    .get(&format!("{}.{}", generation.name(), kernel.label()))?;
+                    .get(&format!("{}.{}", generation.name(), kernel.name()))?;
             Some(relative_error(predict_attention(r, params), r.tflops).recip_rate())
         }));
     }

@@ -14,7 +14,9 @@ mod memory_pass;
 mod microbench;
 mod scalar;
 
-pub use attention::{attention_forward_rate, attention_tflops, AttentionKernel, AttentionParams};
+pub use attention::{
+    attention_forward_rate, attention_tflops, kernel_of_label, AttentionKernel, AttentionParams,
+};
 pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
 pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
 pub use memory_pass::{memory_pass_time, HBM_STREAM_FRACTION};

@@ -228,7 +228,7 @@ impl ServingCostModel {
                 sms: compute_units(gpu),
             },
             gemm: GemmParams::for_generation(generation),
-            attention: AttentionParams::for_kernel(generation, AttentionKernel::FlashAttention2),
+            attention: AttentionParams::for_kernel(generation, AttentionKernel::Flash2),
             collectives: CollectiveParams::default(),
             links: Links {
                 intra_bandwidth: cluster.intra_node.bandwidth,

@@ -2,8 +2,9 @@
 //! what was measured. Rows that lack something the cost model needs are kept with the reason.
 
 use tessel_grammar::{
-    Choice, Fp8Scaling, Framework, MlpKind, ModelSpec, NormKind, Objective, Optimizer, OverlapSpec,
-    PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy, TrainSpec,
+    AttentionKernel, Choice, Fp8Scaling, Framework, MlpKind, ModelSpec, NormKind, Objective,
+    Optimizer, OverlapSpec, PositionKind, Precision, Recompute, SearchSpace, Spec, Strategy,
+    TrainSpec,
 };
 
 use super::hardware::{cluster_for, gpu_for};
@@ -491,12 +492,20 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     } else {
         None
     };
+    // llm-foundry's benchmark script of the A100 tables' era launches `attn_impl: triton`
+    // (scripts/train/benchmarking/submit_benchmarks.py, `--attn_impl` default), the Triton
+    // port of FlashAttention's first algorithm; the H100 tables do not say which.
+    let attention_kernel = (source == Source::MptAmpere && flash).then(|| {
+        assumptions.push("attention kernel: llm-foundry's Triton FlashAttention (flash1)".into());
+        AttentionKernel::Flash1
+    });
     let train = TrainSpec {
         seq_len: seq,
         global_batch,
         precision,
         optimizer: Optimizer::Adam,
         flash_attention: flash,
+        attention_kernel,
         dropout,
         framework,
         fp8_scaling,
