@@ -442,6 +442,35 @@ fn megatron_reports_zero3_as_unsupported() {
 }
 
 #[test]
+fn megatron_names_the_attention_kernel_the_spec_chose() {
+    let backend = |kernel: Option<AttentionKernel>| {
+        let mut spec = llama70b_dense();
+        spec.train.attention_kernel = kernel;
+        let out = run(&spec, ExportTarget::Megatron);
+        let flags = megatron_flags(&out.text);
+        let value = flags
+            .iter()
+            .find(|(f, _)| f == "--attention-backend")
+            .and_then(|(_, v)| v.clone());
+        (value, out.unsupported)
+    };
+    assert_eq!(backend(None).0, None);
+    assert_eq!(
+        backend(Some(AttentionKernel::Cudnn)).0.as_deref(),
+        Some("fused")
+    );
+    assert_eq!(
+        backend(Some(AttentionKernel::Flash2)).0.as_deref(),
+        Some("flash")
+    );
+    let (value, unsupported) = backend(Some(AttentionKernel::Flash1));
+    assert_eq!(value, None);
+    assert!(unsupported
+        .iter()
+        .any(|u| u.starts_with("attention_kernel = flash1:")));
+}
+
+#[test]
 fn per_stage_recompute_is_reported_by_every_target() {
     let mut spec = llama70b_dense();
     let strategy = &mut spec.strategies[0];

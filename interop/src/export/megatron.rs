@@ -5,8 +5,8 @@
 //! optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks).
 
 use tessel_grammar::{
-    stage_chunks, stage_totals, Fp8Scaling, Framework, MlpKind, NormKind, PositionKind, Precision,
-    Recompute, Spec, Strategy,
+    stage_chunks, stage_totals, AttentionKernel, Fp8Scaling, Framework, MlpKind, NormKind,
+    PositionKind, Precision, Recompute, Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -162,6 +162,17 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) 
     }
     if spec.train.flash_attention {
         flags.switch("--use-flash-attn");
+    }
+    // Megatron-Core's `AttnBackend`: `flash` is the flash-attn package through Transformer
+    // Engine, `fused` cuDNN's fused attention.
+    match spec.train.attention_kernel {
+        None => {}
+        Some(AttentionKernel::Flash2) => flags.value("--attention-backend", "flash"),
+        Some(AttentionKernel::Cudnn) => flags.value("--attention-backend", "fused"),
+        Some(AttentionKernel::Flash1) => report.unsupported(
+            "attention_kernel = flash1: Megatron-LM runs flash-attention 2 or later \
+             (`--attention-backend flash`) or cuDNN's fused attention (`fused`)",
+        ),
     }
     if spec.train.compile {
         report.unsupported(
