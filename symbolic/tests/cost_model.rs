@@ -1212,8 +1212,8 @@ fn megatron_runs_hopper_native_attention() {
     // this sequence and head width (outside Megatron-LM at its calibrated fraction of it in a
     // step), the 2.5× backward at the kernel's backward ratio.
     let flops = 8.0 * 4.0 * s * h * 0.5 * tokens;
-    let time = |kernel: AttentionKernel, in_step: f64| {
-        let params = AttentionParams::for_kernel(GpuGeneration::Hopper, kernel);
+    let time = |generation: GpuGeneration, kernel: AttentionKernel, in_step: f64| {
+        let params = AttentionParams::for_kernel(generation, kernel);
         let forward = attention_forward_rate(peak, s, h / 32.0, true, &params) * in_step;
         flops / forward * (1.0 + 2.5 / params.backward)
     };
@@ -1221,24 +1221,20 @@ fn megatron_runs_hopper_native_attention() {
     let megatron = compute(Framework::Megatron, None, "H100-SXM");
     let fsdp = compute(Framework::Fsdp, None, "H100-SXM");
     let (flash, native) = (
-        time(AttentionKernel::Flash2, in_step),
-        time(AttentionKernel::Cudnn, 1.0),
+        time(GpuGeneration::Hopper, AttentionKernel::Flash2, in_step),
+        time(GpuGeneration::Hopper, AttentionKernel::Cudnn, 1.0),
     );
     assert!(native < flash);
     assert!(close(fsdp - megatron, flash - native, 1e-9));
     // A kernel the spec names replaces the framework's own.
     let fsdp_flash1 = compute(Framework::Fsdp, Some(AttentionKernel::Flash1), "H100-SXM");
-    let flash1 = time(AttentionKernel::Flash1, in_step);
+    let flash1 = time(GpuGeneration::Hopper, AttentionKernel::Flash1, in_step);
     assert!(close(fsdp_flash1 - fsdp, flash1 - flash, 1e-9));
     // Off Hopper the two default kernels are of a kind (cuDNN shares flash-attention 2's fit)
     // and differ by the step fraction alone.
     let a100_megatron = compute(Framework::Megatron, None, "A100-SXM4-80GB");
     let a100_fsdp = compute(Framework::Fsdp, None, "A100-SXM4-80GB");
-    let a100 = |in_step: f64| {
-        let params = AttentionParams::for_kernel(GpuGeneration::Ampere, AttentionKernel::Flash2);
-        let forward = attention_forward_rate(peak, s, h / 32.0, true, &params) * in_step;
-        flops / forward * (1.0 + 2.5 / params.backward)
-    };
+    let a100 = |in_step: f64| time(GpuGeneration::Ampere, AttentionKernel::Flash2, in_step);
     assert!(close(
         a100_fsdp - a100_megatron,
         a100(in_step) - a100(1.0),

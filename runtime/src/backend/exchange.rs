@@ -31,11 +31,17 @@ pub(crate) trait ExchangeCollectives {
             return Ok(t.clone());
         }
         let all = self.exchange(kind, vec![t.clone()])?;
-        let mut sum = all[0].as_ref()[0].clone();
+        Ok(self.sum_in_member_order(&all, 0))
+    }
+
+    /// The sum of every member's part `part`, added in member order (which is what makes the
+    /// result the same on every rank and every backend).
+    fn sum_in_member_order(&self, all: &[Self::Received], part: usize) -> CpuTensor {
+        let mut sum = all[0].as_ref()[part].clone();
         for d in &all[1..] {
-            self.arithmetic().add_assign(&mut sum, &d.as_ref()[0]);
+            self.arithmetic().add_assign(&mut sum, &d.as_ref()[part]);
         }
-        Ok(sum)
+        sum
     }
 
     fn exchange_all_gather(
@@ -74,11 +80,7 @@ pub(crate) trait ExchangeCollectives {
             .collect();
         let i = self.member_index(kind);
         let all = self.exchange(kind, blocks)?;
-        let mut sum = all[0].as_ref()[i].clone();
-        for d in &all[1..] {
-            self.arithmetic().add_assign(&mut sum, &d.as_ref()[i]);
-        }
-        Ok(sum)
+        Ok(self.sum_in_member_order(&all, i))
     }
 
     fn exchange_all_to_all(

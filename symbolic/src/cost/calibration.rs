@@ -10,9 +10,9 @@
 //! throughput): Ampere, Volta, Hopper and Ada `matmul` (the level of a large GEMM's rate in a
 //! step; shapes are the GEMM primitive's), Hopper `fp8_matmul`, `flash_attention_in_step` (the
 //! attention itself is the primitive's, fitted on kernel microbenchmarks), Ampere (shared by
-//! Volta) and Hopper `memory`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`, `fp8_rowwise_matmul`
-//! (torchtitan's row-wise float8 runs are its only data) and `misaligned_matmul` (BLOOM's sweeps
-//! over head counts are its only data); then the memory overheads (CUDA context, NCCL buffers,
+//! Volta) and Hopper `memory`, `pp_exposed`, `layer_overhead_s`, `deepspeed_kernels`,
+//! `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only data) and
+//! `misaligned_matmul` (BLOOM's sweeps over head counts are its only data); then the memory overheads (CUDA context, NCCL buffers,
 //! fragmentation, logits bytes, the allocator's cache in reserved readings) against the
 //! measured memory, penalising completed runs predicted not to fit. What overlaps is
 //! configuration (`train.overlap`), not a parameter. The held-out errors (one source, one GPU
@@ -159,24 +159,16 @@ impl KernelEfficiency {
             }
             Framework::Deepspeed => cal.deepspeed_kernels,
         };
-        let megatron = matches!(
-            train.framework,
-            Framework::Megatron | Framework::MegatronFsdp
-        );
         let attention = match self.attention {
             AttentionRate::Flat(_) => self.attention,
             AttentionRate::Kernel(_) => {
-                let default = if megatron {
-                    AttentionKernel::Cudnn
-                } else {
-                    AttentionKernel::Flash2
+                let (default, in_step) = match train.framework {
+                    Framework::Megatron | Framework::MegatronFsdp => (AttentionKernel::Cudnn, 1.0),
+                    Framework::Deepspeed | Framework::Fsdp | Framework::Tessel => {
+                        (AttentionKernel::Flash2, cal.flash_attention_in_step)
+                    }
                 };
                 let kernel = train.attention_kernel.unwrap_or(default);
-                let in_step = if megatron {
-                    1.0
-                } else {
-                    cal.flash_attention_in_step
-                };
                 AttentionRate::Kernel(AttentionParams::for_kernel(self.generation, kernel))
                     .scaled(in_step)
             }
