@@ -81,9 +81,10 @@ fn the_backward_pays_for_rebuilding_the_dropout_output() {
     let time = |saving| per_layer(&spec("gpt", saving), |c| c.microbatch_s);
     let (base, tempo) = (time(false), time(true));
     // One more memory-bound pass over the a·s²·b scores (read 3 bytes, write 2) against a
-    // layer whose unfused attention already makes several: under a tenth more.
+    // layer whose unfused attention already makes several: about a tenth more on an H100,
+    // whose memory-bound passes run at eager PyTorch's rate.
     assert!(tempo > base, "{tempo} vs {base}");
-    assert!(tempo < 1.1 * base, "{tempo} vs {base}");
+    assert!(tempo < 1.15 * base, "{tempo} vs {base}");
 }
 
 #[test]

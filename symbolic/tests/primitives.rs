@@ -7,7 +7,7 @@ use tessel_symbolic::cost::GpuGeneration;
 use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveScore};
 use tessel_symbolic::primitives::{
     default_microbench_dirs, load_microbenchmarks, AttentionKernel, AttentionParams,
-    CollectiveParams, GemmParams, HBM_STREAM_FRACTION,
+    CollectiveParams, GemmParams, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION,
 };
 
 fn close(fitted: f64, committed: f64, what: &str) {
@@ -103,19 +103,58 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         assert!(median <= bound, "{}: held-out median {median}", score.kind);
     }
 
-    // A GPU and a sweep no fit saw (data/microbench/measured-h200/, measured by this project):
-    // the fitted GEMM and attention primitives transfer to them as they do across sources.
-    let measured =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/microbench/measured-h200");
-    let unseen = load_microbenchmarks(&[measured]).expect("the H200 measurements load");
-    let scores = score_unseen(&fitted, &unseen);
-    for (kind, rows, bound) in [
-        ("GEMM: hopper", 370, 0.20),
-        ("attention (fused kernels)", 96, 0.12),
+    // GPUs and sweeps no fit saw (data/microbench/measured-h200/ and measured-h100/, measured
+    // by this project): the fitted GEMM and attention primitives transfer to them as they do
+    // across sources.
+    for (folder, kind, rows, bound) in [
+        ("measured-h200", "GEMM: hopper", 370, 0.20),
+        ("measured-h200", "attention (fused kernels)", 96, 0.12),
+        ("measured-h100", "GEMM: hopper", 370, 0.17),
     ] {
+        let unseen = load_microbenchmarks(&[measured(folder)]).expect("the measurements load");
+        let scores = score_unseen(&fitted, &unseen);
         let score = scores.iter().find(|s| s.kind == kind).expect(kind);
         let median = PrimitiveScore::median_abs(&score.held_out);
-        assert_eq!(score.rows, rows, "{kind}");
-        assert!(median <= bound, "{kind} on the H200 sweep: median {median}");
+        assert_eq!(score.rows, rows, "{folder}: {kind}");
+        assert!(median <= bound, "{kind} on {folder}: median {median}");
     }
+}
+
+fn measured(folder: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../data/microbench")
+        .join(folder)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    (values[(n - 1) / 2] + values[n / 2]) / 2.0
+}
+
+#[test]
+fn the_eager_expert_loop_constants_are_the_measured_medians() {
+    // Columns from the right: forward µs per expert, then tflops (the GPU's name holds a comma).
+    let text = std::fs::read_to_string(measured("measured-h100").join("expert_loop.csv"))
+        .expect("expert_loop.csv");
+    let (mut forward, mut backward) = (Vec::new(), Vec::new());
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.trim().split(',').collect();
+        let number = |from_end: usize| fields[fields.len() - from_end].parse::<f64>().ok();
+        if let (Some(per_expert), Some(forward_only)) = (number(3), number(2)) {
+            forward.push(forward_only * 1e-6);
+            backward.push((per_expert - forward_only) * 1e-6);
+        }
+    }
+    assert_eq!(forward.len(), 4);
+    close(
+        median(forward),
+        EAGER_EXPERT_HOST.forward_s,
+        "forward host time per expert",
+    );
+    close(
+        median(backward),
+        EAGER_EXPERT_HOST.backward_s,
+        "backward host time per expert",
+    );
 }

@@ -118,10 +118,10 @@ fn small_models_run_below_the_efficiency_of_large_ones() {
 fn moe_layers_cost_their_expert_loop_and_permutations() {
     // MegaScale-MoE (Jin et al. 2025, Table 3): a 352B MoE (32 experts, top-3, experts split
     // by tensor parallelism) under Megatron-LM on 240 to 1,440 H800s at a fixed batch of 720:
-    // 39.9 s to 7.9 s, 630 to 519 tokens/s per GPU. With the experts run one after another at
-    // the few hundred tokens each sees, the per-GPU rate falls as the pipeline bubble and the
-    // data-parallel traffic grow. The level is still optimistic (docs/VALIDATION.md): the
-    // bound below is where the model stands, not a target.
+    // 39.9 s to 7.9 s, 630 to 519 tokens/s per GPU. Megatron-Core runs the 32 experts one
+    // after another from Python, 768 tokens each: the loop runs at the host's pace (measured,
+    // `EAGER_EXPERT_HOST`), not its GEMMs'. The per-GPU rate falls as the pipeline bubble and
+    // the data-parallel traffic grow.
     let all = outcomes();
     let rows = regime(&all, "moe_h800", "352B");
     assert_eq!(rows.len(), 5);
@@ -134,7 +134,7 @@ fn moe_layers_cost_their_expert_loop_and_permutations() {
     );
     for o in &rows {
         assert!(
-            o.step_error.abs() < 0.45,
+            o.step_error.abs() < 0.15,
             "{} GPUs: {:+.3}",
             o.case.gpus,
             o.step_error
@@ -155,11 +155,9 @@ fn no_regime_is_biased_beyond_its_reported_bound() {
     let mut total = Vec::new();
     for (name, errors) in &by_regime {
         let bias = errors.iter().sum::<f64>() / errors.len() as f64;
-        // The MoE regime's known gap (see the MoE test); every other within 15 %.
-        let bound = if *name == "moe_h800" { 0.4 } else { 0.15 };
-        assert!(bias.abs() < bound, "{name}: bias {bias:+.3}");
+        assert!(bias.abs() < 0.15, "{name}: bias {bias:+.3}");
         total.extend(errors.iter().map(|e| e.abs()));
     }
     let mean = total.iter().sum::<f64>() / total.len() as f64;
-    assert!(mean < 0.15, "mean {mean:.3}");
+    assert!(mean < 0.11, "mean {mean:.3}");
 }

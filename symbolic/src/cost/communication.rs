@@ -84,33 +84,28 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
     }
 }
 
-/// Seconds of one device's pipeline sends and receives for one micro-batch that stay on its
-/// critical path. Each of the `v` chunks receives and sends an activation of `b·s/c·h`
-/// elements forward and a gradient backward.
+/// Seconds of one device's pipeline sends and receives for one micro-batch, all on its
+/// critical path: a stage waits for its input before it computes and its output goes out
+/// before the next micro-batch's work (fitted as a fraction while it was a parameter, the
+/// exposed share came out at its upper bound, 1). Each of the `v` chunks receives and sends
+/// an activation of `b·s/c·h` elements forward and a gradient backward.
 /// - Megatron scatters the activation over the tp ranks (each sends its 1/t slice, the
 ///   receiver all-gathers over NVLink; with sequence parallelism it is the shard anyway) and
-///   pairs each send with the opposite receive in one batched call: 2 transfers per chunk,
-///   of which the calibrated fraction `pp_exposed` stays exposed.
+///   pairs each send with the opposite receive in one batched call: 2 transfers per chunk.
 /// - DeepSpeed's pipeline engine sends the whole activation from every tp rank with blocking
-///   sends and receives, one after another: 4 transfers per micro-batch, all exposed.
+///   sends and receives, one after another: 4 transfers per micro-batch.
 /// - PyTorch pipelining sends the whole (sequence-parallel: sharded) activation, batched like
 ///   Megatron's.
 pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
     let activation = ctx.tokens() * (ctx.hidden * ctx.bytes.activation);
     let span = ctx.t.clone() * ctx.c.clone() * ctx.d.clone() * ctx.p.clone();
     let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
-    let (bytes, transfers, exposed) = match ctx.framework {
-        Framework::Megatron | Framework::MegatronFsdp => {
-            (activation / ctx.t.clone(), 2.0, ctx.cal.pp_exposed)
-        }
-        Framework::Deepspeed => (activation / ctx.replicated_divisor(), 4.0, 1.0),
-        Framework::Fsdp | Framework::Tessel => (
-            activation / ctx.replicated_divisor(),
-            2.0,
-            ctx.cal.pp_exposed,
-        ),
+    let (bytes, transfers) = match ctx.framework {
+        Framework::Megatron | Framework::MegatronFsdp => (activation / ctx.t.clone(), 2.0),
+        Framework::Deepspeed => (activation / ctx.replicated_divisor(), 4.0),
+        Framework::Fsdp | Framework::Tessel => (activation / ctx.replicated_divisor(), 2.0),
     };
-    pipelined * k(transfers) * ctx.v.clone() * ctx.p2p(bytes, span) * exposed
+    pipelined * k(transfers) * ctx.v.clone() * ctx.p2p(bytes, span)
 }
 
 /// Megatron-Core's gradient bucket when it overlaps the reduction: `max(40M, 1M · dp)`

@@ -7,6 +7,7 @@
 use tessel_grammar::{Fp8Scaling, Framework};
 
 use super::context::{k, Adapters, Ctx, Matmul};
+use crate::primitives::EAGER_EXPERT_HOST;
 use crate::Expr;
 
 /// Seconds of the pieces of one (average) layer for one micro-batch on one GPU.
@@ -156,27 +157,36 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
             let routed = expert_tokens.clone() * (moe.top_k * moe.capacity);
             // Each local expert's GEMMs on the tokens routed to it. Megatron-LM and
             // DeepSpeed run the local experts one after another (Megatron-Core's
-            // SequentialMLP, its default); the PyTorch-native stacks run one grouped GEMM
-            // over them (torchtitan), whose tiles fill the SMs together.
+            // SequentialMLP, its default) from eager Python, at the pace of the GPU or of the
+            // host issuing each expert's work, whichever is slower (`EAGER_EXPERT_HOST`); the
+            // PyTorch-native stacks run one grouped GEMM over them (torchtitan), whose tiles
+            // fill the SMs together, and Tessel's runtime issues its loop without Python.
             let local = k(moe.experts) / ctx.e.clone();
             let per_expert = routed.clone() / local.clone();
             let et = ctx.et.clone();
-            let (experts, expert_modules) = match ctx.framework {
-                Framework::Fsdp => (
+            let (grouped, python_loop) = match ctx.framework {
+                Framework::Fsdp => (true, None),
+                Framework::Tessel => (false, None),
+                Framework::Megatron | Framework::MegatronFsdp | Framework::Deepspeed => {
+                    (false, Some(EAGER_EXPERT_HOST))
+                }
+            };
+            let (experts, expert_modules) = if grouped {
+                (
                     mlp_gemms(ctx, per_expert, local, moe.expert_ffn, et.clone()),
                     k(0.0),
-                ),
-                Framework::Megatron
-                | Framework::MegatronFsdp
-                | Framework::Deepspeed
-                | Framework::Tessel => {
-                    let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn, et.clone());
-                    let looped = Matmul {
-                        forward: one.forward * local.clone(),
-                        backward: one.backward * local.clone(),
-                    };
-                    (looped, local)
-                }
+                )
+            } else {
+                let one = mlp_gemms(ctx, per_expert, k(1.0), moe.expert_ffn, et.clone());
+                let paced = |gpu: Expr, host_s: Option<f64>| match host_s {
+                    Some(host_s) => Expr::max([gpu * local.clone(), local.clone() * host_s]),
+                    None => gpu * local.clone(),
+                };
+                let looped = Matmul {
+                    forward: paced(one.forward, python_loop.map(|host| host.forward_s)),
+                    backward: paced(one.backward, python_loop.map(|host| host.backward_s)),
+                };
+                (looped, local)
             };
             let shared = if moe.shared > 0.0 {
                 mlp_gemms(
@@ -239,26 +249,35 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     } else {
         k(0.0)
     };
-    // FP8 GEMMs cast their inputs in forward and their output gradients in backward.
-    let casts = if ctx.is_fp8() {
-        k(fp8_cast_bytes(ctx.fp8_scaling))
-            * tokens.clone()
-            * (k(2.0 * h) / rep.clone() + (mlp_width + ctx.q_dim) / t.clone())
+    // FP8 GEMMs cast their inputs in forward and their output gradients in backward, each a
+    // pass of its own, except under Transformer Engine (Megatron-LM's stacks): its
+    // LayerNormLinear and LayerNormMLP write the norm's output and the activation's in FP8
+    // from the same kernel, so in forward only the output projection's input (the attention
+    // kernel's bf16 output) is cast in a pass.
+    let (casts_fwd, casts_bwd) = if ctx.is_fp8() {
+        let per_element = k(fp8_cast_bytes(ctx.fp8_scaling)) * tokens.clone();
+        let projection_input = k(ctx.q_dim) / t.clone();
+        let every_input = k(2.0 * h) / rep.clone() + (mlp_width.clone() + ctx.q_dim) / t.clone();
+        let forward = match ctx.framework {
+            Framework::Megatron | Framework::MegatronFsdp => projection_input,
+            Framework::Deepspeed | Framework::Fsdp | Framework::Tessel => every_input.clone(),
+        };
+        (per_element.clone() * forward, per_element * every_input)
     } else {
-        k(0.0)
+        (k(0.0), k(0.0))
     };
     let elementwise_fwd = ctx.memory_bound(Expr::sum([
         replicated_fwd,
         sharded_fwd,
         rotary.clone(),
-        casts.clone(),
+        casts_fwd,
         permuted.clone(),
     ]));
     let elementwise_bwd = ctx.memory_bound(Expr::sum([
         replicated_bwd,
         sharded_bwd,
         rotary,
-        casts,
+        casts_bwd,
         permuted,
     ]));
 

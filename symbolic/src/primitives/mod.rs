@@ -1,5 +1,6 @@
 //! Primitive costs: a GEMM of a given shape on a given GPU, a fused attention kernel, an NCCL
-//! collective of a given size over a given group, a memory-bound pass. Each is one cost
+//! collective of a given size over a given group, a memory-bound pass, and the host's time to
+//! issue an eager loop of small modules (a measured constant). The first four are each one cost
 //! function written over [`Scalar`], so the same code is fitted to published
 //! microbenchmarks (`f64`, [`fit`]) and built into the cost model's expressions (`Expr`).
 //! The microbenchmarks and how each primitive reproduces them, held out by source, are in
@@ -10,6 +11,7 @@ mod attention;
 mod collective;
 pub mod fit;
 mod gemm;
+mod host_loop;
 mod memory_pass;
 mod microbench;
 mod scalar;
@@ -19,6 +21,7 @@ pub use attention::{
 };
 pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
 pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
+pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use memory_pass::{memory_pass_time, HBM_STREAM_FRACTION};
 pub use microbench::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionMeasurement,
