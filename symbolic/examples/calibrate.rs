@@ -1,6 +1,6 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 10 parameters (per-generation GEMM and memory
+//! 1. Throughput: a coordinate search of 9 parameters (per-generation GEMM and memory
 //!    efficiencies, the non-Megatron stacks' attention relative to its kernel's benchmarks,
 //!    DeepSpeed's kernels relative to Megatron-LM's,
 //!    row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned attention heads
@@ -39,7 +39,6 @@ struct State {
     ampere: KernelEfficiency,
     volta: KernelEfficiency,
     hopper: KernelEfficiency,
-    ada: KernelEfficiency,
 }
 
 /// A fitted parameter: its name, the range the search may use, and the rows that carry it.
@@ -62,7 +61,7 @@ const fn parameter(name: &'static str, low: f64, high: f64, data: &'static str) 
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, software factors between much slower
 /// and a little faster.
-const THROUGHPUT: [Parameter; 10] = [
+const THROUGHPUT: [Parameter; 9] = [
     parameter(
         "ampere.matmul",
         0.55,
@@ -75,7 +74,6 @@ const THROUGHPUT: [Parameter; 10] = [
         0.85,
         "H100 bf16 runs: MPT H100, torchtitan, NeMo",
     ),
-    parameter("ada.matmul", 0.55, 0.92, "L4 runs: Mist"),
     parameter(
         "hopper.fp8_matmul",
         0.35,
@@ -163,7 +161,7 @@ impl State {
             GpuGeneration::Ampere => self.ampere,
             GpuGeneration::Volta => self.volta,
             GpuGeneration::Hopper => self.hopper,
-            GpuGeneration::Ada => self.ada,
+            // Ada's level is a prior: Mist's two L4 runs are too few to fit one.
             _ => KernelEfficiency::for_gpu(&case.spec.cluster.gpu),
         }
     }
@@ -172,7 +170,6 @@ impl State {
         Some(match name {
             "ampere.matmul" => &mut self.ampere.matmul,
             "hopper.matmul" => &mut self.hopper.matmul,
-            "ada.matmul" => &mut self.ada.matmul,
             "hopper.fp8_matmul" => &mut self.hopper.fp8_matmul,
             "ampere.memory" => &mut self.ampere.memory,
             "hopper.memory" => &mut self.hopper.memory,
@@ -211,10 +208,9 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 15] = [
+const PRIORS: [(&str, f64); 14] = [
     ("ampere.matmul", 0.75),
     ("hopper.matmul", 0.70),
-    ("ada.matmul", 0.75),
     ("hopper.fp8_matmul", 0.60),
     ("flash_attention_in_step", 0.7),
     ("ampere.memory", 0.70),
@@ -359,11 +355,10 @@ fn main() {
             .find(|c| GpuGeneration::from_name(&c.spec.cluster.gpu.name) == generation)
             .map(|c| KernelEfficiency::for_gpu(&c.spec.cluster.gpu))
     };
-    let (Some(ampere), Some(volta), Some(hopper), Some(ada)) = (
+    let (Some(ampere), Some(volta), Some(hopper)) = (
         default_for(GpuGeneration::Ampere),
         default_for(GpuGeneration::Volta),
         default_for(GpuGeneration::Hopper),
-        default_for(GpuGeneration::Ada),
     ) else {
         eprintln!("the table lacks a GPU generation");
         return;
@@ -373,7 +368,6 @@ fn main() {
         ampere,
         volta,
         hopper,
-        ada,
     };
     let mut prior = committed;
     for (name, value) in PRIORS {
