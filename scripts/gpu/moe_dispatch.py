@@ -26,27 +26,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-REPS, WARMUP = 20, 5
-
-
-def median_ms(fn):
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+from primitives import REPS, WARMUP, gpu_label, median_ms
 
 
 def median_wall_ms(fn):
+    """`median_ms` timed on the host's clock, so that the host's own time counts."""
     for _ in range(WARMUP):
         fn()
     torch.cuda.synchronize()
@@ -58,11 +42,6 @@ def median_wall_ms(fn):
         times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
     return times[len(times) // 2]
-
-
-def gpu_label():
-    p = torch.cuda.get_device_properties(0)
-    return f"{p.name} ({p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB)"
 
 
 def bench_dispatch(writer):

@@ -22,7 +22,8 @@ pub struct ExpertHostTime {
 /// layer gives each expert of an 8,192-token sequence, which took the same wall time (its GEMMs
 /// at 209–257 TFLOP/s). The second machine's rows time the forward alone too: the medians are
 /// 123 µs forward and 373 µs backward per expert (the first machine's, forward and backward
-/// together, are 395–439 µs against the second's 485–497). Rows in
+/// together, are 395–439 µs against the second's 485–497, and a third machine's 304–439, so
+/// hosts of one kind span 0.61–1.0 of these constants). Rows in
 /// `data/microbench/measured-h100/expert_loop.csv`; `symbolic/tests/primitives.rs` checks the
 /// constants against them.
 pub const EAGER_EXPERT_HOST: ExpertHostTime = ExpertHostTime {
