@@ -1,6 +1,6 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 9 parameters (per-generation GEMM and memory
+//! 1. Throughput: a coordinate search of 9 parameters (Ampere's and Hopper's GEMM and memory
 //!    efficiencies, the non-Megatron stacks' attention relative to its kernel's benchmarks,
 //!    DeepSpeed's kernels relative to Megatron-LM's,
 //!    row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned attention heads
