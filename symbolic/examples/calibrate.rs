@@ -37,7 +37,6 @@ use tessel_symbolic::validation::{
 struct State {
     cal: Calibration,
     ampere: KernelEfficiency,
-    volta: KernelEfficiency,
     hopper: KernelEfficiency,
 }
 
@@ -159,7 +158,11 @@ impl State {
     fn efficiency(&self, case: &Case) -> KernelEfficiency {
         match GpuGeneration::from_name(&case.spec.cluster.gpu.name) {
             GpuGeneration::Ampere => self.ampere,
-            GpuGeneration::Volta => self.volta,
+            // Volta shares Ampere's GEMM primitive, levels and memory system fraction.
+            GpuGeneration::Volta => KernelEfficiency {
+                generation: GpuGeneration::Volta,
+                ..self.ampere
+            },
             GpuGeneration::Hopper => self.hopper,
             // Ada's level is a prior: Mist's two L4 runs are too few to fit one.
             _ => KernelEfficiency::for_gpu(&case.spec.cluster.gpu),
@@ -190,9 +193,6 @@ impl State {
         if let Some(slot) = self.slot(parameter.name) {
             *slot = value.clamp(parameter.low, parameter.high);
         }
-        // Volta shares Ampere's GEMM primitive and memory system fraction.
-        self.volta.memory = self.ampere.memory;
-        self.volta.matmul = self.ampere.matmul;
     }
 
     fn clone_get(&self, name: &str) -> f64 {
@@ -355,9 +355,8 @@ fn main() {
             .find(|c| GpuGeneration::from_name(&c.spec.cluster.gpu.name) == generation)
             .map(|c| KernelEfficiency::for_gpu(&c.spec.cluster.gpu))
     };
-    let (Some(ampere), Some(volta), Some(hopper)) = (
+    let (Some(ampere), Some(hopper)) = (
         default_for(GpuGeneration::Ampere),
-        default_for(GpuGeneration::Volta),
         default_for(GpuGeneration::Hopper),
     ) else {
         eprintln!("the table lacks a GPU generation");
@@ -366,7 +365,6 @@ fn main() {
     let committed = State {
         cal: Calibration::default(),
         ampere,
-        volta,
         hopper,
     };
     let mut prior = committed;
