@@ -471,6 +471,47 @@ fn megatron_names_the_attention_kernel_the_spec_chose() {
 }
 
 #[test]
+fn torchtitan_and_deepspeed_report_the_attention_kernel() {
+    let report = |target: ExportTarget, kernel: AttentionKernel| {
+        let mut spec = llama70b_dense();
+        spec.train.attention_kernel = Some(kernel);
+        let out = run(&spec, target);
+        let name = |items: &[String]| items.iter().any(|u| u.starts_with("attention_kernel = "));
+        (name(&out.unsupported), name(&out.notes))
+    };
+    use AttentionKernel::{Cudnn, Flash1, Flash2};
+    // (unsupported, noted) per kernel.
+    assert_eq!(report(ExportTarget::Torchtitan, Flash2), (false, false));
+    assert_eq!(report(ExportTarget::Torchtitan, Flash1), (true, false));
+    assert_eq!(report(ExportTarget::Torchtitan, Cudnn), (true, false));
+    assert_eq!(report(ExportTarget::Deepspeed, Flash2), (false, true));
+    assert_eq!(report(ExportTarget::Deepspeed, Flash1), (false, true));
+    assert_eq!(report(ExportTarget::Deepspeed, Cudnn), (true, false));
+}
+
+#[test]
+fn torchtitan_writes_overlapped_tp_as_async_tp_when_compiled() {
+    let async_tp = |compile: bool| {
+        let mut spec = llama70b_dense();
+        spec.train.compile = compile;
+        spec.train.overlap = Some(OverlapSpec {
+            grad_reduce: None,
+            param_gather: None,
+            tp_comm: Some(true),
+        });
+        let out = run(&spec, ExportTarget::Torchtitan);
+        let written = out.text.contains("enable_async_tensor_parallel = true");
+        let refused = out
+            .unsupported
+            .iter()
+            .any(|u| u.starts_with("overlap.tp_comm = true:"));
+        (written, refused)
+    };
+    assert_eq!(async_tp(true), (true, false));
+    assert_eq!(async_tp(false), (false, true));
+}
+
+#[test]
 fn per_stage_recompute_is_reported_by_every_target() {
     let mut spec = llama70b_dense();
     let strategy = &mut spec.strategies[0];

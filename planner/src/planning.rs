@@ -151,16 +151,29 @@ pub fn plan(
         options.progress,
         options.model_for_spec,
     )?;
-    let best = &result.ranked[0];
-    let best_estimate = model
-        .estimate(&strategy_of(best))
-        .map_err(|message| PlanError::CostModel { message })?;
+    // The solver ranks by the stage costs it optimises; the estimate adds what those leave out
+    // (an encoder's uneven items per step), so the finalists are ranked again on their
+    // estimates, each under the factor the search gave it.
+    let mut finalists = result
+        .ranked
+        .iter()
+        .map(|solved| {
+            let estimate = model
+                .estimate(&strategy_of(solved))
+                .map_err(|message| PlanError::CostModel { message })?;
+            let factor = if solved.step_time_s > 0.0 {
+                solved.ranked_s / solved.step_time_s
+            } else {
+                1.0
+            };
+            Ok((solved, estimate.step_time_s * factor, estimate))
+        })
+        .collect::<Result<Vec<_>, PlanError>>()?;
+    finalists.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (best, _, best_estimate) = finalists.remove(0);
     let mut runners_up = Vec::new();
-    for solved in &result.ranked[1..] {
+    for (solved, _, estimate) in finalists {
         let strategy = strategy_of(solved);
-        let estimate = model
-            .estimate(&strategy)
-            .map_err(|message| PlanError::CostModel { message })?;
         let (loses_on, reason) = loss_reason(&best_estimate, &estimate, options.objective);
         runners_up.push(RunnerUp {
             config: config_of(&solved.outer),

@@ -1,7 +1,7 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 9 parameters (Ampere's and Hopper's GEMM and memory
-//!    efficiencies, the non-Megatron stacks' attention relative to its kernel's benchmarks,
+//! 1. Throughput: a coordinate search of 8 parameters (Ampere's and Hopper's GEMM efficiencies,
+//!    Ampere's memory efficiency (Hopper's is measured: `HOPPER_EAGER_ELEMENTWISE`), the non-Megatron stacks' attention relative to its kernel's benchmarks,
 //!    DeepSpeed's kernels relative to Megatron-LM's,
 //!    row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned attention heads
 //!    relative to aligned ones), each inside a
@@ -60,7 +60,7 @@ const fn parameter(name: &'static str, low: f64, high: f64, data: &'static str) 
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, software factors between much slower
 /// and a little faster.
-const THROUGHPUT: [Parameter; 9] = [
+const THROUGHPUT: [Parameter; 8] = [
     parameter(
         "ampere.matmul",
         0.55,
@@ -92,14 +92,6 @@ const THROUGHPUT: [Parameter; 9] = [
         0.40,
         0.92,
         "A100 and V100 runs (elementwise passes)",
-    ),
-    // Eager PyTorch's norms and SwiGLU on an H100, forward and backward, move the bytes the
-    // model counts at 0.23–0.36 of HBM bandwidth (data/microbench/measured-h100/elementwise.csv).
-    parameter(
-        "hopper.memory",
-        0.20,
-        0.92,
-        "H100 runs (elementwise passes)",
     ),
     // DeepSpeed's kernels relative to Megatron-LM's: between much slower and a little faster.
     parameter(
@@ -175,7 +167,6 @@ impl State {
             "hopper.matmul" => &mut self.hopper.matmul,
             "hopper.fp8_matmul" => &mut self.hopper.fp8_matmul,
             "ampere.memory" => &mut self.ampere.memory,
-            "hopper.memory" => &mut self.hopper.memory,
             "deepspeed_kernels" => &mut self.cal.deepspeed_kernels,
             "flash_attention_in_step" => &mut self.cal.flash_attention_in_step,
             "fp8_rowwise_matmul" => &mut self.cal.fp8_rowwise_matmul,
@@ -208,13 +199,12 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 14] = [
+const PRIORS: [(&str, f64); 13] = [
     ("ampere.matmul", 0.75),
     ("hopper.matmul", 0.70),
     ("hopper.fp8_matmul", 0.60),
     ("flash_attention_in_step", 0.7),
     ("ampere.memory", 0.70),
-    ("hopper.memory", 0.70),
     ("deepspeed_kernels", 1.0),
     ("fp8_rowwise_matmul", 0.8),
     // A100's fp16 peak without tensor cores over its tensor-core peak, 78 / 312 TFLOP/s

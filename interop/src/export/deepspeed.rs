@@ -6,7 +6,7 @@
 //! `deepspeed.moe.layer.MoE`), so they are reported, not written.
 
 use serde::Serialize;
-use tessel_grammar::{Precision, Recompute, Spec, Strategy};
+use tessel_grammar::{AttentionKernel, Precision, Recompute, Spec, Strategy};
 
 use super::batches::batches;
 use super::{zero_stage, ExportOptions, ExportOutput, Report};
@@ -123,6 +123,7 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) 
         }
         Precision::Fp32 => (None, None),
     };
+    report_attention_kernel(spec, &mut report);
 
     let zero = zero_section(spec, strategy, &mut report);
     let activation_checkpointing = checkpointing_section(spec, strategy, &mut report);
@@ -170,6 +171,27 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) 
 
 /// Parallel degrees and training settings that live outside ds_config: notes of what to set in
 /// the launcher or the model code, and what DeepSpeed cannot run.
+/// The attention kernel is Megatron-DeepSpeed's choice, by flag, not ds_config's:
+/// `--use-flash-attn-v1` or `--use-flash-attn-v2` (its arguments); it has no cuDNN path.
+fn report_attention_kernel(spec: &Spec, report: &mut Report) {
+    match spec.train.attention_kernel {
+        None => {}
+        Some(AttentionKernel::Flash1) => report.note(
+            "attention_kernel = flash1: Megatron-DeepSpeed's --use-flash-attn-v1 (a launch flag, \
+             not part of ds_config)",
+        ),
+        Some(AttentionKernel::Flash2) => report.note(
+            "attention_kernel = flash2: Megatron-DeepSpeed's --use-flash-attn-v2 (a launch flag, \
+             not part of ds_config)",
+        ),
+        Some(AttentionKernel::Cudnn) => report.unsupported(
+            "attention_kernel = cudnn: Megatron-DeepSpeed runs flash-attention \
+             (--use-flash-attn-v1, --use-flash-attn-v2) or its own attention, not cuDNN's fused \
+             kernel",
+        ),
+    }
+}
+
 fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
     if spec.train.compile {
         report.note(

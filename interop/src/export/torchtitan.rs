@@ -9,7 +9,8 @@
 //! job config.
 
 use tessel_grammar::{
-    Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
+    AttentionKernel, Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec,
+    Strategy,
 };
 
 use super::batches::batches;
@@ -162,6 +163,19 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
             "tie_embeddings = true: torchtitan's llama3 keeps separate input and output embeddings",
         );
     }
+    // torchtitan calls `scaled_dot_product_attention`, whose flash backend is flash-attention
+    // 2, and has no setting that picks another backend.
+    match spec.train.attention_kernel {
+        None | Some(AttentionKernel::Flash2) => {}
+        Some(AttentionKernel::Flash1) => report.unsupported(
+            "attention_kernel = flash1: torchtitan's scaled_dot_product_attention runs \
+             flash-attention 2",
+        ),
+        Some(AttentionKernel::Cudnn) => report.unsupported(
+            "attention_kernel = cudnn: torchtitan has no setting that picks \
+             scaled_dot_product_attention's cuDNN backend",
+        ),
+    }
     if spec.train.fused_cross_entropy == Some(true) && !spec.train.compile {
         report.unsupported(
             "fused_cross_entropy = true: torchtitan computes PyTorch's cross-entropy on fp32 \
@@ -302,7 +316,20 @@ fn parallelism_section(
     doc.int("parallelism", "data_parallel_shard_degree", shard);
     doc.str("parallelism", "fsdp_reshard_after_forward", reshard);
     doc.int("parallelism", "tensor_parallel_degree", tp);
-    doc.bool("parallelism", "enable_async_tensor_parallel", false);
+    // Overlapped tensor-parallel collectives are torchtitan's async TP, a torch.compile pass:
+    // torchtitan refuses it without compile.
+    let overlap_tp = tp > 1 && spec.train.overlap(zero_stage(strategy) == 3).tp_comm;
+    if overlap_tp && !spec.train.compile {
+        report.unsupported(
+            "overlap.tp_comm = true: torchtitan's async tensor parallelism \
+             (enable_async_tensor_parallel) runs only with compile = true; written as false",
+        );
+    }
+    doc.bool(
+        "parallelism",
+        "enable_async_tensor_parallel",
+        overlap_tp && spec.train.compile,
+    );
     if tp > 1 && !strategy.sequence_parallel {
         report.unsupported(
             "sequence_parallel = false: torchtitan's tensor parallelism always shards norms \

@@ -7,7 +7,9 @@
 use tessel_grammar::{Fp8Scaling, Framework};
 
 use super::context::{k, Adapters, Ctx, Matmul};
-use crate::primitives::EAGER_EXPERT_HOST;
+use crate::primitives::{
+    EAGER_EXPERT_HOST, GELU_BYTES, NORM_BYTES, RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
+};
 use crate::Expr;
 
 /// Seconds of the pieces of one (average) layer for one micro-batch on one GPU.
@@ -135,10 +137,10 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     };
 
     let dense_mlp = mlp_gemms(ctx, tokens.clone(), k(1.0), ctx.ffn, t.clone());
-    let (act_fwd, act_bwd) = if ctx.mlp_matrices > 2.0 {
-        (6.0, 10.0)
+    let activation = if ctx.mlp_matrices > 2.0 {
+        SWIGLU_BYTES
     } else {
-        (4.0, 6.0)
+        GELU_BYTES
     };
     let (mlp_gemm_fwd, mlp_gemm_bwd, mlp_width, permuted, modules, moe_act_fwd) = match &ctx.moe {
         None => (
@@ -223,27 +225,36 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
             // layer works on the gathered sequence.
             let copies = moe.top_k * moe.capacity;
             let permuted = fraction.clone() * expert_tokens * ((4.0 * copies + 4.0) * h * act);
-            let moe_act_fwd =
-                ctx.memory_bound(fraction.clone() * routed * (act_fwd * act * moe.expert_ffn) / et);
+            let moe_act_fwd = ctx.memory_bound(
+                fraction.clone() * routed * (activation.forward * act * moe.expert_ffn) / et,
+            );
             let modules = k(1.0) + fraction * expert_modules;
             (forward, backward, width, permuted, modules, moe_act_fwd)
         }
     };
 
-    // Elementwise HBM bytes per token (2-byte elements). Forward: two norms (read + write
-    // 2h each), two fused bias-residual adds (read 2h + 2h, write 2h; with dropout also a
-    // mask h), activation (gelu: read + write the ffn width; swiglu: read two, write one).
-    // Backward: norms 6h each, residual-gradient add 4h each and with dropout its backward
-    // 5h each, activation gelu 6·ffn, swiglu 10·ffn.
-    let replicated_fwd = k((20.0 + 2.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
+    // Elementwise HBM bytes per token (2-byte elements): two norms, two fused bias-residual
+    // adds (with dropout also a mask, h; its backward 5h each) and the activation.
+    let per_token = |norm: f64, add: f64, mask: f64| (2.0 * (norm + add) + mask) * h * act;
+    let replicated_fwd = k(per_token(
+        NORM_BYTES.forward,
+        RESIDUAL_ADD_BYTES.forward,
+        2.0 * ctx.dropout,
+    )) * tokens.clone()
+        / rep.clone();
     // Compiled blocks write the norms' outputs (2h each) and the down projection's input
     // again in backward, where the weight gradients need them (see `cost::memory`).
     let (rebuilt_norms, rebuilt_down_input) = if ctx.compiled { (4.0, 2.0) } else { (0.0, 0.0) };
-    let replicated_bwd =
-        k((20.0 + rebuilt_norms + 10.0 * ctx.dropout) * h * act) * tokens.clone() / rep.clone();
-    let sharded_fwd = k(act_fwd * act) * mlp_width.clone() * tokens.clone() / t.clone();
+    let replicated_bwd = k(per_token(
+        NORM_BYTES.backward,
+        RESIDUAL_ADD_BYTES.backward,
+        rebuilt_norms + 10.0 * ctx.dropout,
+    )) * tokens.clone()
+        / rep.clone();
+    let sharded_fwd = k(activation.forward * act) * mlp_width.clone() * tokens.clone() / t.clone();
     let sharded_bwd =
-        k((act_bwd + rebuilt_down_input) * act) * mlp_width.clone() * tokens.clone() / t.clone();
+        k((activation.backward + rebuilt_down_input) * act) * mlp_width.clone() * tokens.clone()
+            / t.clone();
     let rotary = if ctx.rope {
         k(4.0 * act) * tokens.clone() * (k(ctx.q_dim) / t.clone() + k(ctx.kv_dim) / ctx.kv_split())
     } else {
@@ -281,8 +292,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         permuted,
     ]));
 
-    // Each norm reads its input and writes its output, 2h each.
-    let norms_fwd = ctx.memory_bound(k(8.0 * h * act) * tokens.clone() / rep.clone());
+    let norms_fwd =
+        ctx.memory_bound(k(2.0 * NORM_BYTES.forward * h * act) * tokens.clone() / rep.clone());
     let overhead = modules * ctx.cal.layer_overhead_s;
     LayerTimes {
         attention_gemm_fwd: ctx.bind(attention_gemm_fwd),

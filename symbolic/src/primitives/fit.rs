@@ -555,6 +555,19 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
         }
     }
     let mut scores = Vec::new();
+    let mut kinds: Vec<Collective> = data.collectives.iter().map(|r| r.kind).collect();
+    kinds.sort_unstable_by_key(|k| k.name());
+    kinds.dedup();
+    for kind in kinds {
+        let rows: Vec<&CollectiveMeasurement> =
+            data.collectives.iter().filter(|r| r.kind == kind).collect();
+        scores.push(score(format!("collective: {}", kind.name()), &rows, |r| {
+            Some(relative_error(
+                predict_collective(r, &fitted.collectives),
+                r.seconds,
+            ))
+        }));
+    }
     for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
         let rows = gemms_of(data, generation);
         if let (false, Some(params)) = (rows.is_empty(), fitted.gemms.get(generation.name())) {

@@ -12,3 +12,49 @@ pub const HBM_STREAM_FRACTION: f64 = 0.8646;
 pub fn memory_pass_time<S: Scalar>(bytes: S, datasheet_bandwidth: f64) -> S {
     bytes / c(datasheet_bandwidth * HBM_STREAM_FRACTION)
 }
+
+/// HBM bytes one elementwise pass moves per token and per element of its width, with 2-byte
+/// elements, forward and backward: what the cost model charges for it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PassBytes {
+    pub forward: f64,
+    pub backward: f64,
+}
+
+/// A norm: forward reads its input and writes its output; backward reads the input and the
+/// output's gradient and writes the input's.
+pub const NORM_BYTES: PassBytes = PassBytes {
+    forward: 4.0,
+    backward: 6.0,
+};
+
+/// The fused bias-residual add: forward reads the two summands and writes the sum; backward
+/// adds the branch's gradient into the residual stream's.
+pub const RESIDUAL_ADD_BYTES: PassBytes = PassBytes {
+    forward: 6.0,
+    backward: 4.0,
+};
+
+/// GELU per element of the MLP's width: forward reads and writes it; backward reads the input
+/// and the output's gradient and writes the input's.
+pub const GELU_BYTES: PassBytes = PassBytes {
+    forward: 4.0,
+    backward: 6.0,
+};
+
+/// SwiGLU per element of the MLP's width: forward reads the gate and the up projection and
+/// writes their product; backward reads both and the output's gradient and writes both
+/// gradients.
+pub const SWIGLU_BYTES: PassBytes = PassBytes {
+    forward: 6.0,
+    backward: 10.0,
+};
+
+/// Fraction of the datasheet HBM bandwidth that eager PyTorch's norm and gated activation
+/// reach on Hopper, forward and backward, counted with the bytes above. Measured on lent
+/// H100 SXM machines with `scripts/gpu/moe_dispatch.py elementwise` (`F.rms_norm` and SwiGLU at
+/// 8,192 × 4,096 and 16,384 × 8,192, two machines): the median of the eight rows, which span
+/// 0.23–0.36 (`data/microbench/measured-h100/elementwise.csv`; `symbolic/tests/primitives.rs`
+/// checks it). The H100's wider HBM3 is far from saturated by these kernels: their forward alone
+/// reaches 0.45–0.54, and the backward's reductions are slower.
+pub const HOPPER_EAGER_ELEMENTWISE: f64 = 0.3208;

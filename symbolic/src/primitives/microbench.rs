@@ -200,6 +200,14 @@ fn links_of(system: &str) -> Option<Links> {
         (450.0, 1000.0 / 8.0 / 8.0) // GPUDirect-TCPX, 1,000 Gb/s per VM
     } else if has("8 A100 NVLink") || has("OCI BM.GPU4.8") {
         (300.0, 25.0) // OCI: 16 x 100 Gb/s RoCE ports per node
+    } else if has("XE9680") {
+        (450.0, 50.0) // 8 ConnectX-7 400 Gb/s per host (nccl-tests issue #309)
+    } else if has("gj-aion") {
+        // One 400 Gb/s InfiniBand NIC per GPU: the NIC count is not stated, but the printed
+        // 320-391 GB/s of all-reduce bus bandwidth across nodes needs one per GPU.
+        (450.0, 50.0)
+    } else if has("ABCI") {
+        (300.0, 100.0 / 8.0) // ABCI's A node: 4 HDR 200 Gb/s HCAs for 8 A100s
     } else if has("4 H100") || has("sm_90") {
         (450.0, 0.0)
     } else {

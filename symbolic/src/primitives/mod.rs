@@ -22,7 +22,10 @@ pub use attention::{
 pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
 pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
-pub use memory_pass::{memory_pass_time, HBM_STREAM_FRACTION};
+pub use memory_pass::{
+    memory_pass_time, PassBytes, GELU_BYTES, HBM_STREAM_FRACTION, HOPPER_EAGER_ELEMENTWISE,
+    NORM_BYTES, RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
+};
 pub use microbench::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionMeasurement,
     CollectiveMeasurement, GemmMeasurement, MemoryMeasurement, Microbenchmarks,

@@ -156,16 +156,26 @@ fn framework_of(source: Source, notes: &str, zero_column: &str) -> Framework {
     }
 }
 
-/// What a source's software overlapped, where it differs from its framework's default today:
-/// Megatron-LM before Megatron-Core (the 2020 README, Korthikanti et al. 2022) reduced
-/// gradients after the backward pass and had no distributed optimizer to overlap;
-/// `--overlap-grad-reduce` and `--overlap-param-gather` came with Megatron-Core in 2023.
+/// What a row's software overlapped, where it differs from its framework's default today:
+/// - Megatron-LM before Megatron-Core (the 2020 README, Korthikanti et al. 2022) reduced
+///   gradients after the backward pass and had no distributed optimizer to overlap;
+///   `--overlap-grad-reduce` and `--overlap-param-gather` came with Megatron-Core in 2023.
+/// - NeMo's performance configurations, which its published tables run, overlap the
+///   tensor-parallel collectives with the GEMMs through Transformer Engine's userbuffers
+///   (`ub_tp_comm_overlap: True` in NeMo-Framework-Launcher's
+///   `conf/training/gpt3/175b_fp8_performance.yaml`; NeMo 2.0's and Megatron-Bridge's
+///   performance recipes turn on `tp_comm_overlap` the same way).
 fn overlap_of(source: Source) -> Option<OverlapSpec> {
     match source {
         Source::Korthikanti | Source::MegatronReadme => Some(OverlapSpec {
             grad_reduce: Some(false),
             param_gather: Some(false),
             tp_comm: None,
+        }),
+        Source::Nemo => Some(OverlapSpec {
+            grad_reduce: None,
+            param_gather: None,
+            tp_comm: Some(true),
         }),
         _ => None,
     }
