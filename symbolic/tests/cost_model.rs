@@ -1279,7 +1279,7 @@ fn expert_dispatch_moves_each_ranks_sequence_shard() {
 }
 
 #[test]
-fn overlapped_tensor_parallel_collectives_expose_only_what_exceeds_their_gemms() {
+fn overlapped_tensor_parallel_collectives_expose_their_last_chunk_and_taken_sms() {
     let tp_comm = |tp_comm: bool, hidden: u64| {
         let mut spec = spec(gpt(8, hidden, 32), 1, 8);
         spec.train.overlap = Some(OverlapSpec {
@@ -1296,9 +1296,15 @@ fn overlapped_tensor_parallel_collectives_expose_only_what_exceeds_their_gemms()
             Offload::default(),
         )[Output::TpComm.index()]
     };
-    // A wide model's GEMMs outlast its all-reduces: overlapped, nothing is exposed.
-    assert!(tp_comm(false, 8192) > 0.0);
-    assert_eq!(tp_comm(true, 8192), 0.0);
+    // A wide model's GEMMs outlast its collectives: overlapped, what stays exposed is the last
+    // of the reduce-scatters' four chunks (an eighth of the traffic) and the row-parallel
+    // GEMMs' time on the 24 SMs the reduce-scatters hold (of the A100's 108).
+    let (plain, overlapped) = (tp_comm(false, 8192), tp_comm(true, 8192));
+    assert!(plain > 0.0);
+    assert!(
+        overlapped > plain / 8.0 && overlapped < plain / 2.0,
+        "{overlapped} of {plain}"
+    );
     // Never more than without overlap.
     assert!(tp_comm(true, 1024) <= tp_comm(false, 1024));
 }

@@ -37,6 +37,32 @@ pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr 
     }
 }
 
+/// Transformer Engine's overlap of the reduce-scatters after the row-parallel GEMMs (the
+/// output and down projections, forward), as NeMo's performance configurations set it
+/// (NeMo-Framework-Launcher `conf/training/gpt3/ub-confs/ub_cfg_h100_175b_tp4_mbs1_seqlen2k_bf16grad.yaml`:
+/// `method: pipeline`, `num_splits: 4`, `num_sm: 24` and 20, `set_sm_margin: 1`): the GEMM
+/// runs in four chunks, each chunk's reduce-scatter behind the next chunk, so the last chunk's
+/// waits for the GEMM's end; and the reduce-scatter's kernels hold their SMs for the whole
+/// GEMM, which runs on the rest. The all-gathers before the column-parallel GEMMs exchange
+/// chunks around the ring on the copy engines (`ring_exchange`), and the backward's bulk
+/// overlaps take 2–8 SMs: both are costed as hidden.
+pub(crate) const OVERLAPPED_REDUCE_SCATTER_SPLITS: f64 = 4.0;
+pub(crate) const OVERLAPPED_REDUCE_SCATTER_SMS: f64 = 24.0;
+
+/// Exposed seconds of overlapped tensor-parallel collectives: `traffic` (what
+/// [`tp_layer_passes`] charges) beside `gemms`, the GEMMs it overlaps, of which
+/// `row_parallel_fwd` run beside the forward's reduce-scatters. Half the traffic is
+/// reduce-scatters; the last of their chunks is exposed, what the rest exceed the GEMMs by is
+/// exposed, and the row-parallel GEMMs run on the SMs the reduce-scatter leaves them.
+pub(crate) fn tp_overlapped(ctx: &Ctx, traffic: Expr, gemms: Expr, row_parallel_fwd: Expr) -> Expr {
+    let last_chunk = ctx.bind(traffic.clone() * (0.5 / OVERLAPPED_REDUCE_SCATTER_SPLITS));
+    let hidden_behind = Expr::max([traffic - last_chunk.clone() - gemms, k(0.0)]);
+    let sm_share =
+        OVERLAPPED_REDUCE_SCATTER_SMS / (ctx.sms - OVERLAPPED_REDUCE_SCATTER_SMS).max(1.0);
+    let slower_gemms = above(ctx.t.clone(), 1.0) * row_parallel_fwd * sm_share;
+    hidden_behind + last_chunk + slower_gemms
+}
+
 /// Seconds of the context-parallel ring of one layer's forward: each GPU passes its keys and
 /// values on `c − 1` times. Backward passes keys, values and their gradients: twice that.
 pub(crate) fn cp_layer_forward(ctx: &Ctx) -> Expr {

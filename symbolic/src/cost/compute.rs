@@ -33,6 +33,9 @@ pub(crate) struct LayerTimes {
     /// Fixed host time of one pass: `layer_overhead_s` for the block, and as much again for
     /// each local expert an expert loop runs as a module of its own.
     pub overhead: Expr,
+    /// Of the GEMMs' forward, the row-parallel ones whose outputs the tensor-parallel group
+    /// reduces: the output projection, and the dense MLP's down projection.
+    pub row_parallel_fwd: Expr,
 }
 
 impl LayerTimes {
@@ -98,7 +101,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let qkv = ctx.weight_matmul(tokens.clone(), qkv_width.clone(), k(h), k(1.0));
     let proj = ctx.weight_matmul(tokens.clone(), k(h), k(ctx.q_dim) / t.clone(), k(1.0));
     let attention_adapters = attention_adapter_gemms(ctx, tokens.clone(), qkv_width);
-    let attention_gemm_fwd = qkv.forward + proj.forward + attention_adapters.forward;
+    let attention_gemm_fwd = qkv.forward + proj.forward.clone() + attention_adapters.forward;
     let attention_gemm_bwd = qkv.backward + proj.backward + attention_adapters.backward;
 
     let (attention_core_fwd, attention_core_bwd) = if ctx.flash {
@@ -141,6 +144,13 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         SWIGLU_BYTES
     } else {
         GELU_BYTES
+    };
+    let row_parallel_fwd = match &ctx.moe {
+        None => {
+            let down = ctx.weight_matmul(tokens.clone(), k(h), k(ctx.ffn) / t.clone(), k(1.0));
+            proj.forward.clone() + down.forward
+        }
+        Some(_) => proj.forward.clone(),
     };
     let (mlp_gemm_fwd, mlp_gemm_bwd, mlp_width, permuted, modules, moe_act_fwd) = match &ctx.moe {
         None => (
@@ -306,6 +316,7 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         norms_fwd: ctx.bind(norms_fwd),
         moe_act_fwd: ctx.bind(moe_act_fwd),
         overhead: ctx.bind(overhead),
+        row_parallel_fwd,
         elementwise_bwd: ctx.bind(elementwise_bwd),
     }
 }

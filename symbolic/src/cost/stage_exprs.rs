@@ -5,7 +5,7 @@
 use super::calibration::{Calibration, KernelEfficiency};
 use super::communication::{
     choose_compression, cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch,
-    tp_layer_passes, zero3_microbatch,
+    tp_layer_passes, tp_overlapped, zero3_microbatch,
 };
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx};
@@ -147,13 +147,14 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let recompute = ctx.bind(full.clone() * forward.clone() + partial * modules_forward);
     let passes = k(2.0) * layers.clone() + full.clone();
     let tp = tp_layer_passes(ctx, layers.clone() + full.clone(), layers.clone());
-    // Overlapped tp collectives are split and pipelined with the GEMMs around them: only
-    // what exceeds those GEMMs stays exposed.
+    // Overlapped tp collectives are split and pipelined with the GEMMs around them: what
+    // exceeds those GEMMs, the reduce-scatters' last chunk and the SMs they take stay exposed.
     let tp = if ctx.overlap.tp_comm {
         let gemms = (layers.clone() + full.clone())
             * (layer.attention_gemm_fwd.clone() + layer.mlp_gemm_fwd.clone())
             + layers.clone() * (layer.attention_gemm_bwd.clone() + layer.mlp_gemm_bwd.clone());
-        Expr::max([tp - gemms, k(0.0)])
+        let row_parallel = (layers.clone() + full.clone()) * layer.row_parallel_fwd.clone();
+        tp_overlapped(ctx, tp, gemms, row_parallel)
     } else {
         tp
     };
