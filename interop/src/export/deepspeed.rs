@@ -169,8 +169,6 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) 
     }
 }
 
-/// Parallel degrees and training settings that live outside ds_config: notes of what to set in
-/// the launcher or the model code, and what DeepSpeed cannot run.
 /// The attention kernel is Megatron-DeepSpeed's choice, by flag, not ds_config's:
 /// `--use-flash-attn-v1` or `--use-flash-attn-v2` (its arguments); it has no cuDNN path.
 fn report_attention_kernel(spec: &Spec, report: &mut Report) {
@@ -192,6 +190,8 @@ fn report_attention_kernel(spec: &Spec, report: &mut Report) {
     }
 }
 
+/// Parallel degrees and training settings that live outside ds_config: notes of what to set in
+/// the launcher or the model code, and what DeepSpeed cannot run.
 fn report_degrees(spec: &Spec, strategy: &Strategy, report: &mut Report) {
     if spec.train.compile {
         report.note(

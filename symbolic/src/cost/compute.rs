@@ -147,8 +147,8 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     };
     let row_parallel_fwd = match &ctx.moe {
         None => {
-            let down = ctx.weight_matmul(tokens.clone(), k(h), k(ctx.ffn) / t.clone(), k(1.0));
-            proj.forward.clone() + down.forward
+            proj.forward.clone()
+                + down_projection(ctx, tokens.clone(), k(1.0), ctx.ffn, t.clone()).forward
         }
         Some(_) => proj.forward.clone(),
     };
@@ -338,7 +338,7 @@ fn mlp_gemms(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64, t: Expr) -> Matmul {
     let h = ctx.hidden;
     let up_width = (ctx.mlp_matrices - 1.0) * ffn;
     let up = ctx.weight_matmul(rows.clone(), k(up_width) / t.clone(), k(h), batch.clone());
-    let down = ctx.weight_matmul(rows.clone(), k(h), k(ffn) / t.clone(), batch.clone());
+    let down = down_projection(ctx, rows.clone(), batch.clone(), ffn, t.clone());
     let mut forward = up.forward + down.forward;
     let mut backward = up.backward + down.backward;
     if let Some(adapters) = ctx.adapters.filter(|a| a.targets.mlp) {
@@ -353,6 +353,11 @@ fn mlp_gemms(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64, t: Expr) -> Matmul {
         backward = backward + one.backward * batch;
     }
     Matmul { forward, backward }
+}
+
+/// The MLP's row-parallel down projection, `ffn/t → h`, of `batch` GEMMs over `rows` tokens.
+fn down_projection(ctx: &Ctx, rows: Expr, batch: Expr, ffn: f64, t: Expr) -> Matmul {
+    ctx.weight_matmul(rows, k(ctx.hidden), k(ffn) / t, batch)
 }
 
 /// Seconds of one LoRA adapter beside a frozen `input × output` projection (widths on this

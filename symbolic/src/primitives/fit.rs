@@ -383,6 +383,14 @@ fn held_out_errors<T: Sourced, P>(
     errors
 }
 
+/// The collectives `rows` measure, each once, in name order.
+fn kinds_of<'a>(rows: impl Iterator<Item = &'a CollectiveMeasurement>) -> Vec<Collective> {
+    let mut kinds: Vec<Collective> = rows.map(|r| r.kind).collect();
+    kinds.sort_unstable_by_key(|k| k.name());
+    kinds.dedup();
+    kinds
+}
+
 /// Fits every primitive on all of `data` and scores each kind with its sources held out.
 pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<PrimitiveScore>) {
     let mut scores = Vec::new();
@@ -400,10 +408,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         relative_error(predict_collective(r, p), r.seconds)
     };
     let held_out = held_out_errors(&rows, |kept| fit_collectives(kept, &start), error);
-    let mut kinds: Vec<Collective> = rows.iter().map(|r| r.kind).collect();
-    kinds.sort_unstable_by_key(|k| k.name());
-    kinds.dedup();
-    for kind in kinds {
+    for kind in kinds_of(rows.iter().copied()) {
         let of_kind = |r: &&CollectiveMeasurement| r.kind == kind;
         let kind_rows: Vec<&CollectiveMeasurement> = rows.iter().copied().filter(of_kind).collect();
         scores.push(PrimitiveScore {
@@ -555,10 +560,7 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
         }
     }
     let mut scores = Vec::new();
-    let mut kinds: Vec<Collective> = data.collectives.iter().map(|r| r.kind).collect();
-    kinds.sort_unstable_by_key(|k| k.name());
-    kinds.dedup();
-    for kind in kinds {
+    for kind in kinds_of(data.collectives.iter()) {
         let rows: Vec<&CollectiveMeasurement> =
             data.collectives.iter().filter(|r| r.kind == kind).collect();
         scores.push(score(format!("collective: {}", kind.name()), &rows, |r| {
