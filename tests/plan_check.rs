@@ -85,7 +85,7 @@ fn a_slower_committed_plan_is_stale_beyond_the_threshold_only() {
     assert_eq!(output.status.code(), Some(3), "{}", text(&output));
     let shown = text(&output);
     assert!(shown.contains("a better plan exists"), "{shown}");
-    assert!(shown.contains("4.2% faster, threshold 1%"), "{shown}");
+    assert!(shown.contains("4.1% faster, threshold 1%"), "{shown}");
     let output = tessel(&[
         "plan",
         path(&spec),

@@ -1,7 +1,7 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 8 parameters (Ampere's and Hopper's GEMM efficiencies,
-//!    Ampere's memory efficiency (Hopper's is measured: `HOPPER_EAGER_ELEMENTWISE`), the non-Megatron stacks' attention relative to its kernel's benchmarks,
+//! 1. Throughput: a coordinate search of 7 parameters (Ampere's and Hopper's GEMM efficiencies,
+//!    Ampere's memory efficiency (Hopper's is measured: `HOPPER_EAGER_ELEMENTWISE`),
 //!    DeepSpeed's kernels relative to Megatron-LM's,
 //!    row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned attention heads
 //!    relative to aligned ones), each inside a
@@ -60,7 +60,7 @@ const fn parameter(name: &'static str, low: f64, high: f64, data: &'static str) 
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, software factors between much slower
 /// and a little faster.
-const THROUGHPUT: [Parameter; 8] = [
+const THROUGHPUT: [Parameter; 7] = [
     parameter(
         "ampere.matmul",
         0.55,
@@ -78,14 +78,6 @@ const THROUGHPUT: [Parameter; 8] = [
         0.35,
         0.85,
         "H100 fp8 runs: NeMo, torchtitan float8, MPT amp_fp8",
-    ),
-    // The attention kernel in a step relative to its microbenchmarks: from a third (an older
-    // kernel than the benchmark's) to a little faster.
-    parameter(
-        "flash_attention_in_step",
-        0.3,
-        1.1,
-        "flash-attention runs outside Megatron-LM: MPT, torchtitan, Mist",
     ),
     parameter(
         "ampere.memory",
@@ -168,7 +160,6 @@ impl State {
             "hopper.fp8_matmul" => &mut self.hopper.fp8_matmul,
             "ampere.memory" => &mut self.ampere.memory,
             "deepspeed_kernels" => &mut self.cal.deepspeed_kernels,
-            "flash_attention_in_step" => &mut self.cal.flash_attention_in_step,
             "fp8_rowwise_matmul" => &mut self.cal.fp8_rowwise_matmul,
             "misaligned_matmul" => &mut self.cal.misaligned_matmul,
             "cuda_context_bytes" => &mut self.cal.cuda_context_bytes,
@@ -199,11 +190,10 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 13] = [
+const PRIORS: [(&str, f64); 12] = [
     ("ampere.matmul", 0.75),
     ("hopper.matmul", 0.70),
     ("hopper.fp8_matmul", 0.60),
-    ("flash_attention_in_step", 0.7),
     ("ampere.memory", 0.70),
     ("deepspeed_kernels", 1.0),
     ("fp8_rowwise_matmul", 0.8),

@@ -1214,15 +1214,22 @@ fn megatron_runs_hopper_native_attention() {
         out[Output::Compute.index()]
     };
     // Causal flash attention over 8 layers: the forward at the kernel's benchmarked rate for
-    // this sequence and head width (outside Megatron-LM at its calibrated fraction of it in a
-    // step), the 2.5× backward at the kernel's backward ratio.
+    // this sequence and head width (outside Megatron-LM at the fraction of it the step's GEMMs
+    // sustain of their benchmarked level), the 2.5× backward at the kernel's backward ratio.
     let flops = 8.0 * 4.0 * s * h * 0.5 * tokens;
     let time = |generation: GpuGeneration, kernel: AttentionKernel, in_step: f64| {
         let params = AttentionParams::for_kernel(generation, kernel);
         let forward = attention_forward_rate(peak, s, h / 32.0, true, &params) * in_step;
         flops / forward * (1.0 + 2.5 / params.backward)
     };
-    let in_step = bare().flash_attention_in_step;
+    let sustained = |gpu: &str| {
+        let mut spec = spec(gpt(8, 4096, 32), 1, 64);
+        spec.cluster.gpu.name = gpu.into();
+        KernelEfficiency::for_gpu(&spec.cluster.gpu).sustained_fraction(&bare())
+    };
+    let in_step = sustained("H100-SXM");
+    // Hopper's GEMMs sustain 0.64 of peak in a step against the 0.84 of their benchmarks.
+    assert!(close(in_step, 0.6415 / 0.8448, 1e-9));
     let megatron = compute(Framework::Megatron, None, "H100-SXM");
     let fsdp = compute(Framework::Fsdp, None, "H100-SXM");
     let (flash, native) = (
@@ -1242,7 +1249,7 @@ fn megatron_runs_hopper_native_attention() {
     let a100 = |in_step: f64| time(GpuGeneration::Ampere, AttentionKernel::Flash2, in_step);
     assert!(close(
         a100_fsdp - a100_megatron,
-        a100(in_step) - a100(1.0),
+        a100(sustained("A100-SXM4-80GB")) - a100(1.0),
         1e-9
     ));
 }

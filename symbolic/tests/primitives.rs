@@ -176,6 +176,40 @@ fn the_eager_expert_loop_constants_are_the_measured_medians() {
     }
 }
 
+/// Liger-Kernel's published timings of `torch.nn.LayerNorm` (float32, forward and backward
+/// together) on an A100 and an H100 (`data/microbench/liger/`), scored, not fitted: counted with
+/// the bytes the model charges a norm, the same native kernel reaches the same fraction of
+/// each GPU's HBM bandwidth, so a memory-bound pass's fraction is the kernel's, not the
+/// generation's.
+#[test]
+fn a_memory_bound_kernel_reaches_the_same_fraction_on_ampere_and_hopper() {
+    // Columns: gpu, kernel, provider, mode, rows, hidden, dtype, time (ms), timestamp, version.
+    let text =
+        std::fs::read_to_string(measured("liger").join("layer_norm.csv")).expect("layer_norm.csv");
+    let median_fraction = |generation: &str| {
+        let fractions: Vec<f64> = text
+            .lines()
+            .skip(1)
+            .map(|line| line.split(',').collect::<Vec<_>>())
+            .filter(|f| f[0].contains(generation) && f[3] == "full" && f[6] == "float32")
+            .map(|f| {
+                let number = |i: usize| f[i].parse::<f64>().expect("number");
+                // NORM_BYTES counts 2-byte elements; these are 4-byte.
+                let bytes =
+                    2.0 * (NORM_BYTES.forward + NORM_BYTES.backward) * number(4) * number(5);
+                let bandwidth = device_of(f[0]).expect("a known GPU").memory_bandwidth;
+                bytes / (number(7) * 1e-3) / bandwidth
+            })
+            .collect();
+        assert_eq!(fractions.len(), 5, "{generation}");
+        median(fractions)
+    };
+    let (ampere, hopper) = (median_fraction("A100"), median_fraction("H100"));
+    assert!((0.35..=0.45).contains(&ampere), "A100: {ampere}");
+    assert!((0.35..=0.45).contains(&hopper), "H100: {hopper}");
+    assert!((ampere / hopper - 1.0).abs() < 0.1, "{ampere} vs {hopper}");
+}
+
 #[test]
 fn hoppers_elementwise_fraction_is_the_measured_median() {
     // Columns: gpu (quoted, holds a comma), run, op, tokens, hidden, dtype, forward µs,

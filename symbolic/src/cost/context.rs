@@ -303,9 +303,7 @@ impl Ctx {
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
             efficiency: efficiency.for_training(train, &cal),
-            gemm: cal.gemm.unwrap_or_else(|| {
-                GemmParams::for_generation(GpuGeneration::from_name(&cluster.gpu.name))
-            }),
+            gemm: cal.gemm_for(GpuGeneration::from_name(&cluster.gpu.name)),
             sms: compute_units(&cluster.gpu),
             cal,
             bindings: RefCell::new(Vec::new()),
