@@ -13,7 +13,7 @@ use tessel_symbolic::cost::{
 };
 use tessel_symbolic::primitives::{
     attention_forward_rate, gemm_time, AttentionKernel, AttentionParams, CollectiveParams,
-    GemmDevice, GemmParams, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION,
+    GemmDevice, GemmParams, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S,
 };
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -951,6 +951,33 @@ fn arbitrary_inputs_never_panic() {
         models > 1000 && estimates > 5,
         "{models} models, {estimates} estimates"
     );
+}
+
+/// An offloaded optimizer step costs its copies over the host link (fp32 gradients down, bf16
+/// weights up) and the host's CPU Adam, whose rate the node's GPUs share: with 8 GPUs on a host
+/// each rank's update takes twice as long as with 4.
+#[test]
+fn an_offloaded_optimizer_step_runs_at_the_hosts_rate() {
+    let tail = |gpus_per_node: u64| {
+        let mut spec = spec(gpt(8, 4096, 32), 1, 64);
+        spec.cluster.gpus_per_node = gpus_per_node;
+        let model = CostModel::with_calibration(&spec, bare()).unwrap();
+        let offload = Offload {
+            optimizer: 1.0,
+            ..Offload::default()
+        };
+        let s = strategy(gpus_per_node, 1, 1, 1);
+        model.stage_outputs(&s, 0, 8, Recompute::None, offload)[Output::OffloadTail.index()]
+    };
+    let (eight, four) = (tail(8), tail(4));
+    // Without ZeRO every rank updates all `n` parameters: tail = n·(6 / link + g / rate).
+    let params = (eight - four) * HOST_ADAM_PARAMS_PER_S / 4.0;
+    assert!(params > 1e9 && params < 3e9, "{params}");
+    assert!(close(
+        four,
+        params * (6.0 / 25e9 + 4.0 / HOST_ADAM_PARAMS_PER_S),
+        1e-9
+    ));
 }
 
 /// Stage outputs of an FP8 job on a GPU with an fp8 peak, under `framework` and `scaling`.

@@ -8,7 +8,7 @@ use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveSco
 use tessel_symbolic::primitives::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionKernel, AttentionParams,
     CollectiveParams, GemmParams, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION, HOPPER_EAGER_ELEMENTWISE,
-    NORM_BYTES, SWIGLU_BYTES,
+    HOST_ADAM_PARAMS_PER_S, NORM_BYTES, SWIGLU_BYTES,
 };
 
 fn close(fitted: f64, committed: f64, what: &str) {
@@ -208,6 +208,32 @@ fn a_memory_bound_kernel_reaches_the_same_fraction_on_ampere_and_hopper() {
     assert!((0.35..=0.45).contains(&ampere), "A100: {ampere}");
     assert!((0.35..=0.45).contains(&hopper), "H100: {hopper}");
     assert!((ampere / hopper - 1.0).abs() < 0.1, "{ampere} vs {hopper}");
+}
+
+#[test]
+fn the_host_adam_rate_is_the_median_of_the_published_timings() {
+    // Columns: source, date, framework, optimizer, model, parameters per host, GPUs per host,
+    // host, seconds, what was timed. Quoted fields hold commas; the numbers come before them.
+    let text = std::fs::read_to_string(measured("host-optimizer").join("cpu_adam.csv"))
+        .expect("cpu_adam.csv");
+    let rates: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            let number = |i: usize| fields[i].parse::<f64>().expect("number");
+            number(5) / number(8)
+        })
+        .collect();
+    assert_eq!(rates.len(), 3);
+    for rate in &rates {
+        assert!((0.5e9..=3e9).contains(rate), "{rate}");
+    }
+    close(
+        median(rates),
+        HOST_ADAM_PARAMS_PER_S,
+        "the host's CPU Adam rate",
+    );
 }
 
 #[test]

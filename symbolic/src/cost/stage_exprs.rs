@@ -12,6 +12,7 @@ use super::context::{k, Ctx};
 use super::memory::stage_memory;
 use super::parameters::{stage_params, trainable_sharded_params, trainable_stage_params};
 use super::slots::{Output, Slot};
+use crate::primitives::HOST_ADAM_PARAMS_PER_S;
 use crate::{Expr, Symbol};
 use tessel_grammar::Spec;
 
@@ -227,10 +228,16 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let optimizer_tail = (k(1.0) - ctx.off_opt.clone())
         * ctx.memory_bound(local_optimizer_params.clone() * ctx.bytes.optimizer_step);
     // Offloaded optimizer states: gradients go down (fp32) and updated weights come back up,
-    // and the host updates them; gradient offload moves the fp32 gradients once per step.
+    // and the host updates them, its rate shared by the node's GPUs and scaled from Adam's by
+    // the bytes per parameter the optimizer moves; gradient offload moves the fp32 gradients
+    // once per step.
+    let host_step = ctx.off_opt.clone() * local_optimizer_params.clone() * ctx.gpus_per_node
+        / HOST_ADAM_PARAMS_PER_S
+        * (ctx.bytes.optimizer_step / ctx.cal.adam_bytes_per_param);
     let offload_tail = (ctx.off_opt.clone() * local_optimizer_params * (4.0 + ctx.bytes.weight)
         + ctx.off_g.clone() * trainable_stage_params(ctx) * ctx.bytes.gradient)
-        / host;
+        / host
+        + host_step;
 
     let mut outputs = vec![k(0.0); Output::ALL.len()];
     let mut set = |output: Output, expr: Expr| outputs[output.index()] = expr;

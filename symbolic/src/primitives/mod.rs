@@ -1,6 +1,7 @@
 //! Primitive costs: a GEMM of a given shape on a given GPU, a fused attention kernel, an NCCL
-//! collective of a given size over a given group, a memory-bound pass, and the host's time to
-//! issue an eager loop of small modules (a measured constant). The first four are each one cost
+//! collective of a given size over a given group, a memory-bound pass, and two host costs
+//! (measured constants): issuing an eager loop of small modules and an offloaded optimizer
+//! step. The first four are each one cost
 //! function written over [`Scalar`], so the same code is fitted to published
 //! microbenchmarks (`f64`, [`fit`]) and built into the cost model's expressions (`Expr`).
 //! The microbenchmarks and how each primitive reproduces them, held out by source, are in
@@ -12,6 +13,7 @@ mod collective;
 pub mod fit;
 mod gemm;
 mod host_loop;
+mod host_optimizer;
 mod memory_pass;
 mod microbench;
 mod scalar;
@@ -22,6 +24,7 @@ pub use attention::{
 pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
 pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
+pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
 pub use memory_pass::{
     memory_pass_time, PassBytes, GELU_BYTES, HBM_STREAM_FRACTION, HOPPER_EAGER_ELEMENTWISE,
     NORM_BYTES, RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
