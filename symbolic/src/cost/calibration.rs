@@ -316,8 +316,6 @@ impl Calibration {
         })
     }
 
-    /// This calibration with a cluster's fitted compute: its fractions (read through
-    /// [`KernelEfficiency::calibrated`]) and its time per layer pass.
     /// The GEMM primitive: the cluster's own measurement, else the committed fit for
     /// `generation`.
     pub fn gemm_for(&self, generation: GpuGeneration) -> GemmParams {
@@ -325,6 +323,8 @@ impl Calibration {
             .unwrap_or_else(|| GemmParams::for_generation(generation))
     }
 
+    /// This calibration with a cluster's fitted compute: its fractions (read through
+    /// [`KernelEfficiency::calibrated`]) and its time per layer pass.
     pub fn with_compute(self, compute: ComputeParams) -> Calibration {
         Calibration {
             compute: Some(compute),
