@@ -13,7 +13,8 @@ use tessel_symbolic::cost::{
 };
 use tessel_symbolic::primitives::{
     attention_forward_rate, gemm_time, AttentionKernel, AttentionParams, CollectiveParams,
-    GemmDevice, GemmParams, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S,
+    GemmDevice, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION,
+    HOST_ADAM_PARAMS_PER_S,
 };
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -336,6 +337,8 @@ fn deepspeed_kernels_run_at_their_calibrated_fraction() {
     let compute = |framework: Framework| {
         let mut spec = spec(gpt(8, 4096, 32), 1, 64);
         spec.train.framework = framework;
+        // The same memory-bound fraction under every stack (eager FSDP's is its own test).
+        spec.cluster.gpu.efficiency.memory = Some(a100().memory);
         let cal = Calibration {
             deepspeed_kernels: 0.8,
             layer_overhead_s: 0.0,
@@ -953,6 +956,29 @@ fn arbitrary_inputs_never_panic() {
     );
 }
 
+/// The PyTorch-native stacks run their memory-bound passes as eager kernels, at the measured
+/// eager fraction on every generation, unless compiled; the fused stacks keep the generation's
+/// fraction, and a fraction the spec gives is kept.
+#[test]
+fn eager_stacks_run_memory_bound_passes_at_the_eager_fraction() {
+    let memory = |framework: Framework, compile: bool, given: Option<f64>| {
+        let mut spec = spec(gpt(8, 4096, 32), 1, 64);
+        spec.train.framework = framework;
+        spec.train.compile = compile;
+        spec.cluster.gpu.efficiency.memory = given;
+        KernelEfficiency::for_gpu(&spec.cluster.gpu)
+            .for_training(&spec.train, &bare())
+            .memory
+    };
+    let fused = a100().memory;
+    assert!(fused > EAGER_ELEMENTWISE);
+    assert_eq!(memory(Framework::Fsdp, false, None), EAGER_ELEMENTWISE);
+    assert_eq!(memory(Framework::Fsdp, true, None), fused);
+    assert_eq!(memory(Framework::Megatron, false, None), fused);
+    assert_eq!(memory(Framework::Tessel, false, None), fused);
+    assert_eq!(memory(Framework::Fsdp, false, Some(0.6)), 0.6);
+}
+
 /// An offloaded optimizer step costs its copies over the host link (fp32 gradients down, bf16
 /// weights up) and the host's CPU Adam, whose rate the node's GPUs share: with 8 GPUs on a host
 /// each rank's update takes twice as long as with 4.
@@ -1024,10 +1050,11 @@ fn fp8_scalings_pay_their_cast_passes_and_kernels() {
     // the output projection's input, is cast in forward).
     let bandwidth = 2.039e12 * a100().memory;
     let per_byte = 8.0 * tokens * (1.0 + 7.0) * h / bandwidth;
+    // The PyTorch-native stack's casts are eager kernels.
     let fsdp = |scaling: Fp8Scaling| compute_under(Framework::Fsdp, scaling, cal);
     assert!(close(
         fsdp(Fp8Scaling::Tensorwise) - fsdp(Fp8Scaling::Delayed),
-        2.0 * per_byte * (7.0 + 7.0) / 8.0,
+        2.0 * per_byte * (7.0 + 7.0) / 8.0 * a100().memory / EAGER_ELEMENTWISE,
         1e-9
     ));
     // Tensor-wise: an amax read of 2 bytes more; row-wise: 5 more (column scales and casts).
@@ -1227,6 +1254,8 @@ fn megatron_runs_hopper_native_attention() {
         let mut spec = spec(gpt(8, 4096, 32), 1, 64);
         spec.cluster.gpu.name = gpu.into();
         spec.cluster.gpu.peak.bf16 = peak;
+        // The same memory-bound fraction under both stacks: only the attention differs.
+        spec.cluster.gpu.efficiency.memory = Some(0.5);
         spec.train.flash_attention = true;
         spec.train.framework = framework;
         spec.train.attention_kernel = kernel;

@@ -7,7 +7,7 @@ use tessel_symbolic::cost::GpuGeneration;
 use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveScore};
 use tessel_symbolic::primitives::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionKernel, AttentionParams,
-    CollectiveParams, GemmParams, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION, HOPPER_EAGER_ELEMENTWISE,
+    CollectiveParams, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION,
     HOST_ADAM_PARAMS_PER_S, NORM_BYTES, SWIGLU_BYTES,
 };
 
@@ -237,7 +237,7 @@ fn the_host_adam_rate_is_the_median_of_the_published_timings() {
 }
 
 #[test]
-fn hoppers_elementwise_fraction_is_the_measured_median() {
+fn the_eager_elementwise_fraction_is_the_measured_median() {
     // Columns: gpu (quoted, holds a comma), run, op, tokens, hidden, dtype, forward µs,
     // forward and backward µs. Each row's fraction counts the bytes the cost model charges
     // the pass, forward and backward, over the H100's datasheet HBM bandwidth.
@@ -266,7 +266,7 @@ fn hoppers_elementwise_fraction_is_the_measured_median() {
     }
     close(
         median(fractions),
-        HOPPER_EAGER_ELEMENTWISE,
-        "Hopper's eager elementwise fraction",
+        EAGER_ELEMENTWISE,
+        "the eager elementwise fraction",
     );
 }

@@ -70,8 +70,8 @@ fn per_source_errors_stay_within_achieved_bounds() {
         (Source::Nemo, 0.07, 0.14),
         (Source::Bloom, 0.10, 0.27),
         (Source::MptHopper, 0.06, 0.28),
-        (Source::MptAmpere, 0.09, 0.54),
-        (Source::Torchtitan, 0.12, 0.31),
+        (Source::MptAmpere, 0.08, 0.46),
+        (Source::Torchtitan, 0.11, 0.26),
         (Source::Mist, 0.05, 0.08),
         (Source::MtNlg, 0.02, 0.04),
     ];

@@ -11,7 +11,8 @@
 //! Hopper `matmul` (the level of a large GEMM's rate in a step; shapes are the GEMM
 //! primitive's, and the attention outside Megatron-LM runs at the same fraction of its own
 //! benchmarks, [`KernelEfficiency::sustained_fraction`]), Hopper `fp8_matmul`, Ampere's
-//! `memory` (shared by Volta; Hopper's is measured, [`HOPPER_EAGER_ELEMENTWISE`]),
+//! `memory` of the fused stacks (shared by Volta; Hopper's, and every generation's under eager
+//! PyTorch, is measured, [`EAGER_ELEMENTWISE`]),
 //! `deepspeed_kernels`, `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only
 //! data) and `misaligned_matmul` (BLOOM's sweeps over head counts are its only data); then the
 //! memory overheads (CUDA context, NCCL buffers,
@@ -29,7 +30,7 @@
 use tessel_grammar::{Framework, GpuSpec, TrainSpec};
 
 use crate::primitives::{
-    AttentionKernel, AttentionParams, CollectiveParams, GemmParams, HOPPER_EAGER_ELEMENTWISE,
+    AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
 };
 
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
@@ -120,6 +121,9 @@ pub struct KernelEfficiency {
     pub attention: AttentionRate,
     /// Fraction of HBM bandwidth memory-bound kernels reach.
     pub memory: f64,
+    /// Whether `memory` was given (the spec's `efficiency.memory` or a cluster's calibration)
+    /// rather than the generation's default, which `for_training` replaces for eager stacks.
+    pub memory_given: bool,
     /// The GPU's generation, whose attention primitive `for_training` looks up.
     pub generation: GpuGeneration,
 }
@@ -134,6 +138,21 @@ impl KernelEfficiency {
         (self.matmul / cal.gemm_for(self.generation).efficiency).min(1.0)
     }
 
+    /// The memory-bound passes' fraction under the given training software. The PyTorch-native
+    /// stacks (`fsdp`: torchtitan, llm-foundry) run eager kernels unless compiled, at
+    /// [`EAGER_ELEMENTWISE`] on every GPU: the fraction is the kernels' (Liger-Kernel's
+    /// LayerNorm timings reach the same fraction on A100 and H100). The generations' defaults
+    /// describe the fused kernels of Megatron-LM, DeepSpeed and Tessel's runtime. A fraction the
+    /// spec or a cluster's calibration gives is kept.
+    fn memory_in_step(&self, train: &TrainSpec) -> f64 {
+        let eager = train.framework == Framework::Fsdp && !train.compile;
+        if eager && !self.memory_given {
+            EAGER_ELEMENTWISE
+        } else {
+            self.memory
+        }
+    }
+
     /// Defaults per generation, overridden by the spec's `GpuSpec.efficiency`.
     pub fn for_gpu(gpu: &GpuSpec) -> KernelEfficiency {
         let generation = GpuGeneration::from_name(&gpu.name);
@@ -142,7 +161,7 @@ impl KernelEfficiency {
             // Ada (L4, L40S) has no fit of its own: Mist's two L4 runs are too few to identify
             // a level, so it keeps the round prior every held-out generation starts from.
             GpuGeneration::Ada => (0.75, 0.6, 0.70),
-            GpuGeneration::Hopper => (0.6415, 0.6221, HOPPER_EAGER_ELEMENTWISE),
+            GpuGeneration::Hopper => (0.6415, 0.6221, EAGER_ELEMENTWISE),
             GpuGeneration::Other => (0.75, 0.6, 0.65),
         };
         let attention = match gpu.efficiency.attention {
@@ -157,6 +176,7 @@ impl KernelEfficiency {
             fp8_matmul,
             attention,
             memory: gpu.efficiency.memory.unwrap_or(memory),
+            memory_given: gpu.efficiency.memory.is_some(),
             generation,
         }
     }
@@ -198,7 +218,7 @@ impl KernelEfficiency {
             matmul: self.matmul * factor,
             fp8_matmul: self.fp8_matmul * factor,
             attention: attention.scaled(factor),
-            memory: self.memory * factor,
+            memory: self.memory_in_step(train) * factor,
             ..self
         }
     }
@@ -226,6 +246,7 @@ impl KernelEfficiency {
             Some(compute) => KernelEfficiency {
                 matmul: compute.matmul,
                 memory: compute.memory,
+                memory_given: true,
                 ..self
             },
         }

@@ -51,10 +51,13 @@ pub const SWIGLU_BYTES: PassBytes = PassBytes {
 };
 
 /// Fraction of the datasheet HBM bandwidth that eager PyTorch's norm and gated activation
-/// reach on Hopper, forward and backward, counted with the bytes above. Measured on lent
-/// H100 SXM machines with `scripts/gpu/moe_dispatch.py elementwise` (`F.rms_norm` and SwiGLU at
+/// reach, forward and backward, counted with the bytes above. Measured on lent H100 SXM
+/// machines with `scripts/gpu/moe_dispatch.py elementwise` (`F.rms_norm` and SwiGLU at
 /// 8,192 × 4,096 and 16,384 × 8,192, two machines): the median of the eight rows, which span
 /// 0.23–0.36 (`data/microbench/measured-h100/elementwise.csv`; `symbolic/tests/primitives.rs`
 /// checks it). The H100's wider HBM3 is far from saturated by these kernels: their forward alone
-/// reaches 0.45–0.54, and the backward's reductions are slower.
-pub const HOPPER_EAGER_ELEMENTWISE: f64 = 0.3208;
+/// reaches 0.45–0.54, and the backward's reductions are slower. The fraction is the kernels',
+/// not the generation's: Liger-Kernel's published timings of `torch.nn.LayerNorm` reach the
+/// same fraction on an A100 and an H100 (`data/microbench/liger/`, 0.40 and 0.41), so the
+/// eager stacks run at it on every GPU (`KernelEfficiency::for_training`).
+pub const EAGER_ELEMENTWISE: f64 = 0.3208;

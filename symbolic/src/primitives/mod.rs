@@ -26,8 +26,8 @@ pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
 pub use memory_pass::{
-    memory_pass_time, PassBytes, GELU_BYTES, HBM_STREAM_FRACTION, HOPPER_EAGER_ELEMENTWISE,
-    NORM_BYTES, RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
+    memory_pass_time, PassBytes, EAGER_ELEMENTWISE, GELU_BYTES, HBM_STREAM_FRACTION, NORM_BYTES,
+    RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
 };
 pub use microbench::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionMeasurement,
