@@ -201,7 +201,7 @@ impl Encoders {
             training: spec.train.multimodal.unwrap_or_default(),
             bytes: StateBytes::of(&spec.train, &cal),
             llm_hidden: spec.model.hidden as f64,
-            hbm_rate: cluster.gpu.hbm_bandwidth * efficiency.memory,
+            hbm_rate: cluster.gpu.hbm_bandwidth * efficiency.for_training(&spec.train, &cal).memory,
             links: Links {
                 intra_bandwidth: cluster.intra_node.bandwidth,
                 inter_bandwidth: cluster.inter_node.bandwidth,
