@@ -416,9 +416,9 @@ pub enum Framework {
     /// ranks (ZeRO 0–3), no pipeline parallelism.
     #[serde(rename = "megatron_fsdp")]
     MegatronFsdp,
-    /// Megatron-DeepSpeed and DeepSpeed's pipeline engine: every tensor-parallel rank sends the
-    /// whole activation with blocking sends and receives; half-precision gradients beside an
-    /// fp32 gradient buffer.
+    /// Megatron-DeepSpeed and DeepSpeed's pipeline engine: pipeline sends split over the
+    /// tensor-parallel ranks, as Megatron-LM's, but blocking, one after another; half-precision
+    /// gradients beside an fp32 gradient buffer.
     Deepspeed,
     /// PyTorch-native stacks (FSDP, torchtitan, llm-foundry): fp32 gradient reduction;
     /// pipeline stages send the whole activation.

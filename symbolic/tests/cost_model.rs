@@ -306,7 +306,7 @@ fn deepspeed_fp16_zero_keeps_two_buckets() {
 }
 
 #[test]
-fn deepspeed_pipeline_sends_whole_activations_and_blocks() {
+fn deepspeed_pipeline_splits_activations_over_tp_and_blocks() {
     let (s, h, t) = (2048.0, 12288.0, 8.0);
     let pp_seconds = |framework: Framework| {
         let mut spec = spec(gpt(96, 12288, 96), 64, 64);
@@ -327,9 +327,9 @@ fn deepspeed_pipeline_sends_whole_activations_and_blocks() {
     // Megatron: the 1/t slice, send paired with receive (2 transfers).
     let megatron = pp_seconds(Framework::Megatron);
     assert!(close(megatron, 2.0 * activation / t * per_byte, 1e-12));
-    // DeepSpeed: the whole activation, four blocking transfers.
+    // DeepSpeed: the 1/t slice as well, in four blocking transfers.
     let deepspeed = pp_seconds(Framework::Deepspeed);
-    assert!(close(deepspeed, 4.0 * activation * per_byte, 1e-12));
+    assert!(close(deepspeed, 4.0 * activation / t * per_byte, 1e-12));
 }
 
 #[test]
@@ -1439,6 +1439,47 @@ fn folded_experts_keep_whole_experts_and_the_same_work() {
     // The experts' GEMM work per GPU is the same; only its shapes and the communication move.
     assert!(close(folded_compute, unfolded_compute, 0.15));
     assert!(folded_ep > 0.0);
+}
+
+#[test]
+fn deepspeed_zero3_gathers_again_what_outlives_the_reuse_distance_under_recompute() {
+    // DeepSpeed's ZeRO-3 with its default `stage3_max_reuse_distance` (1e9 elements): after a
+    // layer's recomputed forward, each linear layer's weight is kept for its backward only if
+    // the weights used in between, twice the later linear layers', number fewer.
+    let dp_comm = |framework: Framework, hidden: u64, recompute: Recompute, prefetch: bool| {
+        let mut spec = spec(gpt(4, hidden, hidden / 128), 2, 256);
+        spec.train.framework = framework;
+        spec.train.overlap = Some(OverlapSpec {
+            grad_reduce: Some(false),
+            param_gather: Some(prefetch),
+            tp_comm: None,
+        });
+        let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+        let mut s = strategy(16, 1, 1, 16);
+        s.zero = 3;
+        cost.stage_outputs(&s, 0, 4, recompute, Offload::default())
+            [Output::DpCommPerMicrobatch.index()]
+    };
+    let regathered = |framework: Framework, hidden: u64| {
+        dp_comm(framework, hidden, Recompute::Full, false)
+            - dp_comm(framework, hidden, Recompute::None, false)
+    };
+    // GPT-3 175B's block (h = 12,288): QKV 3h², output h², MLP 4h² and 4h². Between the MLP
+    // in's recomputed forward and its backward lie 8h² = 1.2e9 weights, so QKV, the output
+    // and the MLP in (8h² of 12h²) are gathered again; the MLP out is used right away.
+    let hidden = 12288u64;
+    // One layer's gather: prefetched behind 16 sequences of compute, all but the first
+    // layer's gather of each pass hide, 2·(4 − 1) of them.
+    let gather = (dp_comm(Framework::Deepspeed, hidden, Recompute::None, false)
+        - dp_comm(Framework::Deepspeed, hidden, Recompute::None, true))
+        / 6.0;
+    let expected = 4.0 * (8.0 / 12.0) * gather;
+    let extra = regathered(Framework::Deepspeed, hidden);
+    assert!(close(extra, expected, 1e-6), "{extra} vs {expected}");
+    // A 2,048-wide block's weights all lie within the distance: nothing is gathered again.
+    assert!(regathered(Framework::Deepspeed, 2048).abs() < 1e-12);
+    // FSDP recomputes inside the unit's backward, with its weights already gathered.
+    assert!(regathered(Framework::Fsdp, hidden).abs() < 1e-12);
 }
 
 #[test]

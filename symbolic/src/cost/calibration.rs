@@ -363,7 +363,7 @@ impl Default for Calibration {
             compute: None,
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,
-            deepspeed_kernels: 0.7998,
+            deepspeed_kernels: 0.7438,
             fp8_rowwise_matmul: 0.5720,
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,

@@ -118,8 +118,10 @@ pub(crate) fn ep_layer_one_way(ctx: &Ctx) -> Expr {
 /// - Megatron scatters the activation over the tp ranks (each sends its 1/t slice, the
 ///   receiver all-gathers over NVLink; with sequence parallelism it is the shard anyway) and
 ///   pairs each send with the opposite receive in one batched call: 2 transfers per chunk.
-/// - DeepSpeed's pipeline engine sends the whole activation from every tp rank with blocking
-///   sends and receives, one after another: 4 transfers per micro-batch.
+/// - DeepSpeed's pipeline engine splits the activation and its gradient over the tp ranks
+///   too (`is_pipe_partitioned` and `is_grad_partitioned` whenever tp > 1; the receiver
+///   all-gathers), but sends and receives with blocking calls, one after another: 4 transfers
+///   per micro-batch.
 /// - PyTorch pipelining sends the whole (sequence-parallel: sharded) activation, batched like
 ///   Megatron's.
 pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
@@ -128,7 +130,7 @@ pub(crate) fn pp_microbatch(ctx: &Ctx) -> Expr {
     let pipelined = Expr::min([ctx.p.clone() - 1.0, k(1.0)]);
     let (bytes, transfers) = match ctx.framework {
         Framework::Megatron | Framework::MegatronFsdp => (activation / ctx.t.clone(), 2.0),
-        Framework::Deepspeed => (activation / ctx.replicated_divisor(), 4.0),
+        Framework::Deepspeed => (activation / ctx.t.clone(), 4.0),
         Framework::Fsdp | Framework::Tessel => (activation / ctx.replicated_divisor(), 2.0),
     };
     pipelined * k(transfers) * ctx.v.clone() * ctx.p2p(bytes, span)
@@ -415,6 +417,24 @@ fn tied_embedding_reduce(ctx: &Ctx) -> Expr {
     Expr::min([ends, k(1.0)]) * pipelined * ctx.all_reduce(bytes, &ring)
 }
 
+/// DeepSpeed's `stage3_max_reuse_distance` default, in elements: a parameter is released
+/// after its module runs unless the parameters used before its next use number fewer.
+const DEEPSPEED_MAX_REUSE_DISTANCE: f64 = 1e9;
+
+/// The weights, on one tensor-parallel rank, of a transformer block's linear layers in
+/// execution order: fused QKV, attention output, MLP in, MLP out (an MoE block is counted as
+/// a dense one).
+fn block_linear_weights(ctx: &Ctx) -> [Expr; 4] {
+    let h = ctx.hidden;
+    let t = ctx.t.clone();
+    [
+        k(h * ctx.q_dim) / t.clone() + k(2.0 * h * ctx.kv_dim) / ctx.kv_split(),
+        k(h * ctx.q_dim) / t.clone(),
+        k(h * (ctx.mlp_matrices - 1.0) * ctx.ffn) / t.clone(),
+        k(h * ctx.ffn) / t,
+    ]
+}
+
 /// Parameter all-gathers ZeRO-3 makes per transformer block and pass. DeepSpeed fetches
 /// each parameter tensor of a module with its own collective: Megatron-DeepSpeed's block has
 /// four linear layers (fused QKV, attention output, MLP in, MLP out) with a weight and, in
@@ -436,10 +456,26 @@ fn zero3_gathers_per_layer(ctx: &Ctx) -> f64 {
     }
 }
 
+/// The fraction of a block's weights DeepSpeed's ZeRO-3 gathers a third time under full
+/// recompute. The recomputed forward gathers the block again; each linear layer's weight is
+/// then kept for its backward only if the weights used in between (the later linear layers,
+/// once in the recomputed forward and once in the backward) number fewer than
+/// [`DEEPSPEED_MAX_REUSE_DISTANCE`], and released and gathered again otherwise. FSDP
+/// recomputes inside the unit's backward, with its weights already gathered.
+fn deepspeed_regathered_fraction(ctx: &Ctx) -> Expr {
+    let weights = block_linear_weights(ctx);
+    let released = (0..weights.len()).map(|i| {
+        let between = k(2.0) * Expr::sum(weights[i + 1..].iter().cloned());
+        weights[i].clone() * above(between, DEEPSPEED_MAX_REUSE_DISTANCE)
+    });
+    Expr::sum(released) / Expr::sum(weights.iter().cloned())
+}
+
 /// Exposed seconds of ZeRO-3's communication in one micro-batch. Every layer's weights are
 /// all-gathered over the `ds·cp` sharding ranks before its forward and again before its
-/// backward, and its gradients reduce-scattered after its backward (DeepSpeed: in
-/// `reduce_bucket_size` buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the
+/// backward (DeepSpeed, under full recompute, partly a third time:
+/// [`deepspeed_regathered_fraction`]), and its gradients reduce-scattered after its backward
+/// (DeepSpeed: in `reduce_bucket_size` buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the
 /// gather of the next layer runs behind the current layer's compute, so only the first layer's
 /// gather and what exceeds each layer's compute is exposed; without it every gather is. The
 /// reduce-scatter hides behind the next layer's backward when `overlap.grad_reduce` (sharing
@@ -474,21 +510,31 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
     let edge_exposed = k(2.0) * edge_gather + edge_reduce;
 
     let layers = ctx.layers.clone();
+    // The backward's gathers: DeepSpeed's recomputed forward gathers again (above).
+    let backward_gather = match ctx.framework {
+        Framework::Deepspeed => {
+            let recomputed = ctx.full.clone() / Expr::max([layers.clone(), k(1.0)]);
+            ctx.bind(gather.clone() * (k(1.0) + recomputed * deepspeed_regathered_fraction(ctx)))
+        }
+        Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => {
+            gather.clone()
+        }
+    };
     let overlap = ctx.overlap_zero3;
     let reduce_hidden = if overlap.grad_reduce { 1.0 } else { 0.0 };
     let layers_exposed = if overlap.param_gather {
         let forward = gather.clone()
             + (layers.clone() - 1.0) * Expr::max([gather.clone() - layer_forward, k(0.0)]);
-        let backward = gather.clone()
+        let backward = backward_gather.clone()
             + layers.clone()
                 * Expr::max([
-                    gather.clone() + reduce.clone() * reduce_hidden - layer_backward,
+                    backward_gather + reduce.clone() * reduce_hidden - layer_backward,
                     k(0.0),
                 ])
             + layers.clone() * reduce.clone() * (1.0 - reduce_hidden);
         forward + backward
     } else {
-        layers * (k(2.0) * gather + reduce)
+        layers * (gather + backward_gather + reduce)
     };
     let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
     z3 * several * (layers_exposed + edge_exposed)
