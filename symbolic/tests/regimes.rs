@@ -38,7 +38,7 @@ fn zero3_step_time_stays_flat_as_gpus_double_at_a_fixed_batch() {
     assert!(steps[1] / steps[0] > 0.6, "768 vs 384 GPUs: {steps:?}");
     for o in &rows {
         assert!(
-            o.step_error.abs() < 0.2,
+            o.step_error.abs() < 0.12,
             "{} GPUs: {:+.3}",
             o.case.gpus,
             o.step_error
@@ -155,9 +155,10 @@ fn no_regime_is_biased_beyond_its_reported_bound() {
     let mut total = Vec::new();
     for (name, errors) in &by_regime {
         let bias = errors.iter().sum::<f64>() / errors.len() as f64;
-        assert!(bias.abs() < 0.15, "{name}: bias {bias:+.3}");
+        // MegaScale's 175B is −11.8 %, the largest; the target is 10 %.
+        assert!(bias.abs() < 0.12, "{name}: bias {bias:+.3}");
         total.extend(errors.iter().map(|e| e.abs()));
     }
     let mean = total.iter().sum::<f64>() / total.len() as f64;
-    assert!(mean < 0.11, "mean {mean:.3}");
+    assert!(mean < 0.09, "mean {mean:.3}");
 }
