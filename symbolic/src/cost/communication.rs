@@ -10,8 +10,8 @@ use tessel_grammar::{CompressionMethod, Framework, GradCompression};
 
 use super::context::{above, k, Ctx, Ring};
 use super::parameters::{
-    embedding_params, head_params, layer_params, powersgd_layer_factors, stage_params,
-    trainable_stage_params,
+    block_linear_weights, embedding_params, head_params, layer_params, powersgd_layer_factors,
+    stage_params, trainable_stage_params,
 };
 use crate::Expr;
 
@@ -421,20 +421,6 @@ fn tied_embedding_reduce(ctx: &Ctx) -> Expr {
 /// after its module runs unless the parameters used before its next use number fewer.
 const DEEPSPEED_MAX_REUSE_DISTANCE: f64 = 1e9;
 
-/// The weights, on one tensor-parallel rank, of a transformer block's linear layers in
-/// execution order: fused QKV, attention output, MLP in, MLP out (an MoE block is counted as
-/// a dense one).
-fn block_linear_weights(ctx: &Ctx) -> [Expr; 4] {
-    let h = ctx.hidden;
-    let t = ctx.t.clone();
-    [
-        k(h * ctx.q_dim) / t.clone() + k(2.0 * h * ctx.kv_dim) / ctx.kv_split(),
-        k(h * ctx.q_dim) / t.clone(),
-        k(h * (ctx.mlp_matrices - 1.0) * ctx.ffn) / t.clone(),
-        k(h * ctx.ffn) / t,
-    ]
-}
-
 /// Parameter all-gathers ZeRO-3 makes per transformer block and pass. DeepSpeed fetches
 /// each parameter tensor of a module with its own collective: Megatron-DeepSpeed's block has
 /// four linear layers (fused QKV, attention output, MLP in, MLP out) with a weight and, in
@@ -475,12 +461,13 @@ fn deepspeed_regathered_fraction(ctx: &Ctx) -> Expr {
 /// all-gathered over the `ds·cp` sharding ranks before its forward and again before its
 /// backward (DeepSpeed, under full recompute, partly a third time:
 /// [`deepspeed_regathered_fraction`]), and its gradients reduce-scattered after its backward
-/// (DeepSpeed: in `reduce_bucket_size` buckets; FSDP: per unit). With prefetch (`overlap.param_gather`) the
-/// gather of the next layer runs behind the current layer's compute, so only the first layer's
-/// gather and what exceeds each layer's compute is exposed; without it every gather is. The
-/// reduce-scatter hides behind the next layer's backward when `overlap.grad_reduce` (sharing
-/// the links with the gathers), else it is exposed. `layer_forward` and `layer_backward` are
-/// one layer's compute (backward including its recomputed forward).
+/// (DeepSpeed: in `reduce_bucket_size` buckets; FSDP: per unit). With prefetch
+/// (`overlap.param_gather`) the gather of the next layer runs behind the current layer's
+/// compute, so only the first layer's gather and what exceeds each layer's compute is exposed;
+/// without it every gather is. The reduce-scatter hides behind the next layer's backward when
+/// `overlap.grad_reduce` (sharing the links with the gathers), else it is exposed.
+/// `layer_forward` and `layer_backward` are one layer's compute (backward including its
+/// recomputed forward).
 pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: Expr) -> Expr {
     let ring = ctx.shard_ring();
     let (_, _, z3) = ctx.zero_flags();

@@ -39,6 +39,21 @@ fn layer_params_expr(ctx: &Ctx) -> Expr {
     sharded + mlp + k(norms)
 }
 
+/// The weights (no biases), on one GPU, of a transformer block's linear layers in execution
+/// order: fused QKV, attention output, MLP in, MLP out. They are the weight terms of
+/// [`layer_params`] split by layer, for what depends on each layer's size (DeepSpeed's ZeRO-3
+/// reuse distance); an MoE block is counted as a dense one.
+pub(crate) fn block_linear_weights(ctx: &Ctx) -> [Expr; 4] {
+    let h = ctx.hidden;
+    let t = ctx.t.clone();
+    [
+        k(h * ctx.q_dim) / t.clone() + k(2.0 * h * ctx.kv_dim) / ctx.kv_split(),
+        k(h * ctx.q_dim) / t.clone(),
+        k(h * (ctx.mlp_matrices - 1.0) * ctx.ffn) / t.clone(),
+        k(h * ctx.ffn) / t,
+    ]
+}
+
 /// Parameters of the embedding on the first device: the vocabulary split over tp, learned
 /// positions replicated.
 pub(crate) fn embedding_params(ctx: &Ctx) -> Expr {
