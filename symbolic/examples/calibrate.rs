@@ -13,9 +13,10 @@
 //! 2. Leave-one-source-out cross-validation: the same search with one source held out,
 //!    started from the same priors, and that source's error under the parameters fitted
 //!    without it: the estimate of the error on runs the model has not seen.
-//! 3. Memory: the five overhead parameters (CUDA context, NCCL buffers, fragmentation, logits
-//!    bytes, the allocator's cache in reserved readings) on the memory rows, penalising completed runs predicted not to fit and runs that
-//!    ran out of memory predicted to fit.
+//! 3. Memory: the three overhead parameters (the memory outside the caching allocator,
+//!    fragmentation, the allocator's cache in reserved readings) on the memory rows, penalising
+//!    completed runs predicted not to fit and runs that ran out of memory predicted to fit;
+//!    then the same fit with each memory source held out.
 //!
 //! Prints markdown for `symbolic/tests/validation_preamble.md`; the committed defaults in
 //! `symbolic/src/cost/calibration.rs` are the full fit's output.
@@ -105,29 +106,19 @@ const THROUGHPUT: [Parameter; 7] = [
 ];
 
 /// The memory overheads and their plausible ranges.
-const MEMORY: [Parameter; 5] = [
+const MEMORY: [Parameter; 3] = [
+    // The CUDA context (about 0.5 GB) and one to three NCCL communicators' buffers (0.5–1.6 GB
+    // each: NVIDIA/nccl#864 and #964).
     parameter(
-        "cuda_context_bytes",
-        0.5e9,
-        3.0e9,
-        "memory rows: BLOOM, torchtitan, Mist",
-    ),
-    parameter(
-        "comm_buffer_bytes",
-        0.25e9,
-        3.0e9,
-        "memory rows: BLOOM, torchtitan, Mist",
+        "outside_allocator_bytes",
+        1.0e9,
+        6.0e9,
+        "device-memory rows: BLOOM; fits of completed and out-of-memory runs",
     ),
     parameter(
         "fragmentation",
         0.03,
         0.30,
-        "memory rows: BLOOM, torchtitan, Mist",
-    ),
-    parameter(
-        "logits_bytes_per_element",
-        6.0,
-        12.0,
         "memory rows: BLOOM, torchtitan, Mist",
     ),
     // Cached freed blocks in reserved readings: none up to half the dynamic memory again.
@@ -163,10 +154,8 @@ impl State {
             "deepspeed_kernels" => &mut self.cal.deepspeed_kernels,
             "fp8_rowwise_matmul" => &mut self.cal.fp8_rowwise_matmul,
             "misaligned_matmul" => &mut self.cal.misaligned_matmul,
-            "cuda_context_bytes" => &mut self.cal.cuda_context_bytes,
-            "comm_buffer_bytes" => &mut self.cal.comm_buffer_bytes,
+            "outside_allocator_bytes" => &mut self.cal.outside_allocator_bytes,
             "fragmentation" => &mut self.cal.fragmentation,
-            "logits_bytes_per_element" => &mut self.cal.logits_bytes_per_element,
             "allocator_cache" => &mut self.cal.allocator_cache,
             _ => return None,
         })
@@ -191,7 +180,7 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 12] = [
+const PRIORS: [(&str, f64); 10] = [
     ("ampere.matmul", 0.75),
     ("hopper.matmul", 0.70),
     ("hopper.fp8_matmul", 0.60),
@@ -201,10 +190,9 @@ const PRIORS: [(&str, f64); 12] = [
     // A100's fp16 peak without tensor cores over its tensor-core peak, 78 / 312 TFLOP/s
     // (NVIDIA A100 datasheet).
     ("misaligned_matmul", 0.25),
-    ("cuda_context_bytes", 1.0e9),
-    ("comm_buffer_bytes", 1.0e9),
+    // The CUDA context and one NCCL communicator.
+    ("outside_allocator_bytes", 1.5e9),
     ("fragmentation", 0.10),
-    ("logits_bytes_per_element", 6.0),
     ("allocator_cache", 0.10),
 ];
 
@@ -482,6 +470,46 @@ fn main() {
         &fitted,
         &state,
     );
+
+    // Memory with one source held out: the overheads refitted from their priors on the other
+    // sources' memory rows and fit decisions, the throughput parameters as fitted.
+    println!("\n| held-out source (memory) | rows | error in the full fit | error held out |");
+    println!("|---|---:|---:|---:|");
+    let with_memory: BTreeMap<Source, ()> = memory_cases
+        .iter()
+        .filter(|c| c.memory.is_some())
+        .map(|c| (c.source, ()))
+        .collect();
+    for source in with_memory.into_keys() {
+        let rest: Vec<&Case> = memory_cases
+            .iter()
+            .copied()
+            .filter(|c| c.source != source)
+            .collect();
+        let held: Vec<&Case> = memory_cases
+            .iter()
+            .copied()
+            .filter(|c| c.source == source)
+            .collect();
+        let mut state = fitted;
+        for parameter in &MEMORY {
+            state.set(parameter, prior.clone_get(parameter.name));
+        }
+        search(&MEMORY, &rest, &mut state, memory_objective);
+        let errors = |state: &State| {
+            ErrorStats::of(outcomes(&held, state).iter().filter_map(|o| o.memory_error))
+        };
+        let (full, out) = (errors(&fitted), errors(&state));
+        println!(
+            "| {} | {} | {} (max {}) | {} (max {}) |",
+            source.label(),
+            out.count,
+            percent(full.mean),
+            percent(full.max),
+            percent(out.mean),
+            percent(out.max)
+        );
+    }
 }
 
 /// Every fitted value, its range, the rows that carry it, and whether it sits on a bound.

@@ -285,10 +285,12 @@ pub struct Calibration {
     pub adam_bytes_per_param: f64,
     /// The same for SGD with momentum.
     pub sgd_bytes_per_param: f64,
-    /// CUDA context and framework allocations outside the caching allocator, bytes.
-    pub cuda_context_bytes: f64,
-    /// Communication buffers (NCCL channels, gradient buckets), bytes.
-    pub comm_buffer_bytes: f64,
+    /// Device memory a process holds outside PyTorch's caching allocator, bytes: the CUDA
+    /// context with its loaded kernels, library workspaces, and NCCL's buffers (per
+    /// communicator, linear in its channels: NVIDIA/nccl#864 and #964 measure 0.5–1.6 GB for
+    /// one). One parameter, since every published reading sees only their sum (nvidia-smi
+    /// less the allocator's reserved bytes).
+    pub outside_allocator_bytes: f64,
     /// Allocator fragmentation the job needs room for, as a fraction of the memory allocated
     /// and freed every micro-batch (the states sit in flat buffers allocated once).
     pub fragmentation: f64,
@@ -297,9 +299,6 @@ pub struct Calibration {
     /// (nvidia-smi, `max_memory_reserved`) include it; it is released under memory pressure, so
     /// it does not decide whether a job fits. Only the validation's reserved measures use it.
     pub allocator_cache: f64,
-    /// Bytes per logits element alive at a fused cross-entropy: the bf16 logits and the fp32
-    /// softmax kept for backward (an unfused one holds 12, see `cost::memory`).
-    pub logits_bytes_per_element: f64,
 }
 
 impl Calibration {
@@ -368,11 +367,9 @@ impl Default for Calibration {
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,
-            cuda_context_bytes: 0.6557e9,
-            comm_buffer_bytes: 3.0e9,
-            fragmentation: 0.03,
+            outside_allocator_bytes: 4.029e9,
+            fragmentation: 0.0331,
             allocator_cache: 0.1768,
-            logits_bytes_per_element: 6.18,
         }
     }
 }

@@ -266,17 +266,20 @@ fn zero_buckets(ctx: &Ctx, z1: Expr) -> Expr {
     z1 * (2.0 * DEEPSPEED_BUCKET_ELEMENTS * ctx.bytes.weight)
 }
 
-/// Bytes per logits element alive at the loss. A fused cross-entropy (Megatron-LM's
-/// vocabulary-parallel one, flash-attn's in llm-foundry) keeps the half-precision logits and
-/// works on an fp32 softmax: the calibrated `logits_bytes_per_element`. PyTorch's
-/// cross-entropy on logits upcast to fp32, as torchtitan computes its loss, peaks in the
-/// log-softmax backward with its saved fp32 output, the fp32 gradient arriving and the fp32
-/// gradient leaving: 12.
+/// Bytes per logits element alive at the loss, counted from each implementation.
+/// Megatron-LM's vocabulary-parallel cross-entropy (DeepSpeed runs Megatron's) works on an fp32
+/// copy of the logits, turns it into the softmax in place and saves it, and its backward writes
+/// the gradient into it before casting back: 4 bytes, then 2 more for the half-precision
+/// gradient. flash-attn's fused cross-entropy (llm-foundry's default loss) reads the
+/// half-precision logits, saves them and the row's log-sum-exp, and its backward writes a
+/// half-precision gradient: 2 + 2. PyTorch's cross-entropy on logits upcast to fp32, as
+/// torchtitan computes its loss, peaks in the log-softmax backward with its saved fp32 output,
+/// the fp32 gradient arriving and the fp32 gradient leaving: 12.
 fn logits_bytes_per_element(ctx: &Ctx) -> f64 {
-    if ctx.fused_cross_entropy {
-        ctx.cal.logits_bytes_per_element
-    } else {
-        UNFUSED_CROSS_ENTROPY_BYTES
+    match (ctx.fused_cross_entropy, ctx.framework) {
+        (true, Framework::Fsdp) => FUSED_HALF_CROSS_ENTROPY_BYTES,
+        (true, _) => VOCAB_PARALLEL_CROSS_ENTROPY_BYTES,
+        (false, _) => UNFUSED_CROSS_ENTROPY_BYTES,
     }
 }
 
@@ -296,6 +299,8 @@ fn logits_bytes(ctx: &Ctx) -> Expr {
         + above(ctx.t.clone(), 1.0) * elements * (LOSS_PARALLEL_BYTES - UNFUSED_CROSS_ENTROPY_BYTES)
 }
 
+const FUSED_HALF_CROSS_ENTROPY_BYTES: f64 = 4.0;
+const VOCAB_PARALLEL_CROSS_ENTROPY_BYTES: f64 = 6.0;
 const UNFUSED_CROSS_ENTROPY_BYTES: f64 = 12.0;
 const LOSS_PARALLEL_BYTES: f64 = 16.0;
 
@@ -363,7 +368,7 @@ pub(crate) fn stage_memory(ctx: &Ctx) -> StageMemory {
     let buffers = Expr::sum([
         logits,
         gathered,
-        k(ctx.cal.comm_buffer_bytes + ctx.cal.cuda_context_bytes),
+        k(ctx.cal.outside_allocator_bytes),
         zero_buckets(ctx, z1),
         dynamic * ctx.cal.fragmentation,
     ]);

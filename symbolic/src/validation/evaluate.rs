@@ -87,8 +87,7 @@ pub fn evaluate_case(
     if let Some((measured, measure)) = case.memory {
         let gib = 1024.0 * 1024.0 * 1024.0;
         let device = estimate.peak_memory_gib;
-        let outside_allocator =
-            (calibration.cuda_context_bytes + calibration.comm_buffer_bytes) / gib;
+        let outside_allocator = calibration.outside_allocator_bytes / gib;
         // Fragmentation is a fraction of what is not states (see `cost::memory`; DeepSpeed's
         // fp16 buckets are counted in with it here), and so is the allocator's cache of freed
         // blocks that reserved readings add.
