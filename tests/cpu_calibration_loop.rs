@@ -5,11 +5,11 @@
 //! model, `swiglu_6l`, which are trained and timed: median error ≤ 10 %, worst ≤ 25 %.
 //!
 //! A shared 2-core machine drifts in speed over minutes (one CI run predicted nine of twelve
-//! strategies 2–25 % slow, the median 10.0 %, after calibrating on runs timed a minute earlier),
-//! which biases every prediction alike. So a reference strategy, the first one calibrated on, is timed beside the
-//! calibration runs and between the predicted ones, and each predicted run's measured time is
-//! scaled by how fast the reference ran around it relative to while calibrating. The table shows
-//! the raw time too.
+//! strategies 2–25 % slow, the median 10.0 %, after calibrating on runs timed a minute
+//! earlier), which biases every prediction alike. So a reference strategy, the first one
+//! calibrated on, is timed beside the calibration runs and between the predicted ones, and each
+//! predicted run's measured time is scaled by how fast the reference ran around it relative to
+//! while calibrating. The table shows the raw time too.
 //!
 //! It measures time, so it is `#[ignore]`d in the ordinary test run (which shares the cores
 //! among test binaries) and `.ci/run` runs it once, alone, after the suite:
@@ -153,6 +153,7 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
         calibration_runs.push((strategy, before, launch(&plan_file, Some(&trace))));
         traces.push(trace);
     }
+    // The median of the three.
     reference_while_calibrating.sort_by(f64::total_cmp);
     let reference_calibrating = reference_while_calibrating[1];
     let mut args = vec!["calibrate"];

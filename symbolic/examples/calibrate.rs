@@ -26,7 +26,7 @@
 //! writes every row's error under the fit that held its source out, and the regime runs'
 //! errors under the committed calibration, for the prediction intervals).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tessel_symbolic::cost::{Calibration, GpuGeneration, KernelEfficiency};
 use tessel_symbolic::uncertainty::{render_held_out, HeldOutRun, RunTraits};
@@ -475,12 +475,12 @@ fn main() {
     // sources' memory rows and fit decisions, the throughput parameters as fitted.
     println!("\n| held-out source (memory) | rows | error in the full fit | error held out |");
     println!("|---|---:|---:|---:|");
-    let with_memory: BTreeMap<Source, ()> = memory_cases
+    let with_memory: BTreeSet<Source> = memory_cases
         .iter()
         .filter(|c| c.memory.is_some())
-        .map(|c| (c.source, ()))
+        .map(|c| c.source)
         .collect();
-    for source in with_memory.into_keys() {
+    for source in with_memory {
         let rest: Vec<&Case> = memory_cases
             .iter()
             .copied()
