@@ -7,9 +7,9 @@
 //! A shared 2-core machine drifts in speed over minutes (one CI run predicted nine of twelve
 //! strategies 2–25 % slow, the median 10.0 %, after calibrating on runs timed a minute
 //! earlier), which biases every prediction alike. So a reference strategy, the first one
-//! calibrated on, is timed beside the calibration runs and between the predicted ones, and each
-//! predicted run's measured time is scaled by how fast the reference ran around it relative to
-//! while calibrating. The table shows the raw time too.
+//! calibrated on, is timed beside the calibration runs and between the predicted ones, and the
+//! predicted runs' measured times are scaled by the reference's median while predicting over
+//! its median while calibrating. The table shows the raw times too.
 //!
 //! It measures time, so it is `#[ignore]`d in the ordinary test run (which shares the cores
 //! among test binaries) and `.ci/run` runs it once, alone, after the suite:
@@ -108,8 +108,12 @@ fn launch(plan: &Path, trace: Option<&Path>) -> f64 {
         .skip(1)
         .map(|t| t.as_f64().expect("a step time"))
         .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    median(&mut times)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// The example specs copied into `dir` beside a cluster that reads `calibration`.
@@ -153,9 +157,7 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
         calibration_runs.push((strategy, before, launch(&plan_file, Some(&trace))));
         traces.push(trace);
     }
-    // The median of the three.
-    reference_while_calibrating.sort_by(f64::total_cmp);
-    let reference_calibrating = reference_while_calibrating[1];
+    let reference_calibrating = median(&mut reference_while_calibrating);
     let mut args = vec!["calibrate"];
     args.extend(traces.iter().map(|t| path(t)));
     let (spec, calibration) = (source.join("gelu-4l.tsl"), dir.join("cpu.cal.json"));
@@ -181,22 +183,26 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
             measured,
         ));
     }
-    let mut errors = Vec::new();
-    let mut reference_before = launch(&reference, None);
+    let mut predicted = Vec::new();
+    let mut reference_while_predicting = vec![launch(&reference, None)];
     for (i, (model, strategy)) in PREDICTED.iter().enumerate() {
         let plan_file = dir.join(format!("p{i}.json"));
         let spec_name = format!("{model}.tsl");
         let before = plan(&source.join(&spec_name), strategy, &plan_file);
         let after = plan(&dir.join(&spec_name), strategy, &plan_file);
-        let raw = launch(&plan_file, None);
-        let reference_after = launch(&reference, None);
-        // The machine's speed around this run relative to while calibrating.
-        let drift = (reference_before + reference_after) / 2.0 / reference_calibrating;
-        reference_before = reference_after;
+        predicted.push((*model, strategy, before, after, launch(&plan_file, None)));
+        reference_while_predicting.push(launch(&reference, None));
+    }
+    // The machine's speed while predicting relative to while calibrating: one factor from the
+    // medians, since a single reference run is as noisy as the run it would correct.
+    let reference_predicting = median(&mut reference_while_predicting);
+    let drift = reference_predicting / reference_calibrating;
+    let mut errors = Vec::new();
+    for (model, strategy, before, after, raw) in predicted {
         let measured = raw / drift;
         errors.push((after - measured).abs() / measured);
         rows.push((
-            *model,
+            model,
             strategy.join(" "),
             "predicted",
             before,
@@ -207,9 +213,10 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
     }
 
     println!(
-        "reference `{}`: {:.0} ms while calibrating",
+        "reference `{}`: {:.0} ms while calibrating, {:.0} ms while predicting",
         CALIBRATED_ON[0].join(" "),
-        reference_calibrating * 1e3
+        reference_calibrating * 1e3,
+        reference_predicting * 1e3
     );
     println!("| model | strategy | role | measured (raw) | before | error | calibrated | error |");
     println!("|---|---|---|---:|---:|---:|---:|---:|");
