@@ -21,6 +21,7 @@ mod common;
 
 use common::{launch_cpu, stdout, tessel};
 use std::path::Path;
+use tessel_symbolic::primitives::fit::median;
 
 /// Steps each run trains; the first (which allocates) is left out of the median.
 const STEPS: &str = "8";
@@ -112,11 +113,6 @@ fn launch(plan: &Path, trace: Option<&Path>) -> f64 {
     median(&mut times)
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// The example specs copied into `dir` beside a cluster that reads `calibration`.
 fn calibrated_specs(dir: &Path, calibration: &str) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cpu");
@@ -190,16 +186,14 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
         let spec_name = format!("{model}.tsl");
         let before = plan(&source.join(&spec_name), strategy, &plan_file);
         let after = plan(&dir.join(&spec_name), strategy, &plan_file);
-        predicted.push((*model, strategy, before, after, plan_file, 0.0));
+        predicted.push((*model, strategy, before, after, plan_file));
     }
     // Each strategy is timed twice, in two passes in opposite orders, and its time is the mean:
     // on this machine one run's median step moves by 10–20 % from one minute to the next.
+    let mut raw_times = vec![0.0; predicted.len()];
     let mut reference_while_predicting = vec![launch(&reference, None)];
-    let order: Vec<usize> = (0..predicted.len())
-        .chain((0..predicted.len()).rev())
-        .collect();
-    for i in order {
-        predicted[i].5 += launch(&predicted[i].4, None) / 2.0;
+    for i in (0..predicted.len()).chain((0..predicted.len()).rev()) {
+        raw_times[i] += launch(&predicted[i].4, None) / 2.0;
         reference_while_predicting.push(launch(&reference, None));
     }
     // The machine's speed while predicting relative to while calibrating: one factor from the
@@ -207,7 +201,7 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
     let reference_predicting = median(&mut reference_while_predicting);
     let drift = reference_predicting / reference_calibrating;
     let mut errors = Vec::new();
-    for (model, strategy, before, after, _, raw) in predicted {
+    for ((model, strategy, before, after, _), raw) in predicted.into_iter().zip(raw_times) {
         let measured = raw / drift;
         errors.push((after - measured).abs() / measured);
         rows.push((

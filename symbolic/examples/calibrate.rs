@@ -453,7 +453,13 @@ fn main() {
         let held: Vec<&Case> = all.iter().copied().filter(of).collect();
         let mut state = prior;
         search(&THROUGHPUT, &rest, &mut state, throughput_objective);
-        report_held(&format!("{generation:?}"), &held, &fitted, &state);
+        report_held(
+            &format!("{generation:?}"),
+            &held,
+            &fitted,
+            &state,
+            throughput_error,
+        );
     }
 
     // Fit on runs of at most 512 GPUs, predict the larger ones.
@@ -469,6 +475,7 @@ fn main() {
         &large,
         &fitted,
         &state,
+        throughput_error,
     );
 
     // Memory with one source held out: the overheads refitted from their priors on the other
@@ -481,35 +488,23 @@ fn main() {
         .map(|c| c.source)
         .collect();
     for source in with_memory {
-        let rest: Vec<&Case> = memory_cases
-            .iter()
-            .copied()
-            .filter(|c| c.source != source)
-            .collect();
-        let held: Vec<&Case> = memory_cases
-            .iter()
-            .copied()
-            .filter(|c| c.source == source)
-            .collect();
+        let (held, rest): (Vec<&Case>, Vec<&Case>) =
+            memory_cases.iter().partition(|c| c.source == source);
         let mut state = fitted;
         for parameter in &MEMORY {
             state.set(parameter, prior.clone_get(parameter.name));
         }
         search(&MEMORY, &rest, &mut state, memory_objective);
-        let errors = |state: &State| {
-            ErrorStats::of(outcomes(&held, state).iter().filter_map(|o| o.memory_error))
-        };
-        let (full, out) = (errors(&fitted), errors(&state));
-        println!(
-            "| {} | {} | {} (max {}) | {} (max {}) |",
-            source.label(),
-            out.count,
-            percent(full.mean),
-            percent(full.max),
-            percent(out.mean),
-            percent(out.max)
-        );
+        report_held(source.label(), &held, &fitted, &state, memory_error);
     }
+}
+
+fn throughput_error(outcome: &Outcome) -> Option<f64> {
+    outcome.throughput_error
+}
+
+fn memory_error(outcome: &Outcome) -> Option<f64> {
+    outcome.memory_error
 }
 
 /// Every fitted value, its range, the rows that carry it, and whether it sits on a bound.
@@ -542,15 +537,16 @@ fn significant(x: f64) -> String {
     }
 }
 
-/// One line of a held-out table: the rows' mean error under the full fit and under `state`.
-fn report_held(label: &str, held: &[&Case], fitted: &State, state: &State) {
-    let errors = |state: &State| {
-        ErrorStats::of(
-            outcomes(held, state)
-                .iter()
-                .filter_map(|o| o.throughput_error),
-        )
-    };
+/// One line of a held-out table: the rows' mean `error` (of throughput or of memory) under the
+/// full fit and under `state`.
+fn report_held(
+    label: &str,
+    held: &[&Case],
+    fitted: &State,
+    state: &State,
+    error: fn(&Outcome) -> Option<f64>,
+) {
+    let errors = |state: &State| ErrorStats::of(outcomes(held, state).iter().filter_map(error));
     let (full, out) = (errors(fitted), errors(state));
     println!(
         "| {label} | {} | {} (max {}) | {} (max {}) |",
