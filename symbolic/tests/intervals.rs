@@ -112,10 +112,12 @@ fn eighty_percent_intervals_hold_eighty_percent_of_held_out_runs() {
     print_coverage("group", &groups, overall);
     assert!((0.75..=0.85).contains(&overall), "overall {overall:.3}");
     for (group, &(hit, n)) in groups.iter().filter(|(g, _)| is_source(g)) {
-        // Each source must be consistent with 80 % coverage within two binomial standard
-        // deviations: 8 runs can only be 75 % or 87.5 % covered, and 68 runs 54 ± 7.
+        // Each source must be consistent with 80 % coverage: within 2.8 binomial standard
+        // deviations, the two-sided 5 % band once shared by the ten sources (Bonferroni; at
+        // two deviations one of ten sources falls outside by chance about a third of the
+        // time). 8 runs can only be 75 % or 87.5 % covered, and 68 runs 54 ± 10.
         let (mean, sd) = (0.8 * n as f64, (0.16 * n as f64).sqrt());
-        let (least, most) = ((mean - 2.0 * sd).floor(), (mean + 2.0 * sd).ceil());
+        let (least, most) = ((mean - 2.8 * sd).floor(), (mean + 2.8 * sd).ceil());
         assert!(
             (least..=most).contains(&(hit as f64)),
             "{group}: {hit} of {n} inside, expected {least}–{most}"

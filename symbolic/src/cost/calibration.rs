@@ -161,7 +161,7 @@ impl KernelEfficiency {
             // Ada (L4, L40S) has no fit of its own: Mist's two L4 runs are too few to identify
             // a level, so it keeps the round prior every held-out generation starts from.
             GpuGeneration::Ada => (0.75, 0.6, 0.70),
-            GpuGeneration::Hopper => (0.6415, 0.6221, EAGER_ELEMENTWISE),
+            GpuGeneration::Hopper => (0.6607, 0.6221, EAGER_ELEMENTWISE),
             GpuGeneration::Other => (0.75, 0.6, 0.65),
         };
         let attention = match gpu.efficiency.attention {
@@ -363,7 +363,7 @@ impl Default for Calibration {
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,
             deepspeed_kernels: 0.7438,
-            fp8_rowwise_matmul: 0.5720,
+            fp8_rowwise_matmul: 0.5548,
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,

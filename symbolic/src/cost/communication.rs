@@ -293,7 +293,7 @@ fn bucket_classes(ctx: &Ctx, c: &GradCompression, ring: &Ring) -> (BucketClass, 
 pub(crate) fn dp_step(ctx: &Ctx) -> DpTraffic {
     // Only what trains is reduced (and, sharded, gathered back): the adapters under LoRA.
     let params = ctx.bind(trainable_stage_params(ctx));
-    let ring = ctx.ring("dp", ctx.d.clone() * ctx.c.clone(), ctx.t.clone());
+    let ring = ctx.dp_ring();
     let shard = ctx.shard_ring();
     let (z1, _, _) = ctx.zero_flags();
     let calls = ctx.bind(dp_calls(ctx, params.clone(), ctx.overlap.grad_reduce));
@@ -511,15 +511,16 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
     let reduce_hidden = if overlap.grad_reduce { 1.0 } else { 0.0 };
     let layers_exposed = if overlap.param_gather {
         let forward = gather.clone()
-            + (layers.clone() - 1.0) * Expr::max([gather.clone() - layer_forward, k(0.0)]);
+            + (layers.clone() - 1.0) * Expr::max([gather.clone() - layer_forward.clone(), k(0.0)]);
+        let backward_hidden = backward_gather.clone() + reduce.clone() * reduce_hidden;
         let backward = backward_gather.clone()
             + layers.clone()
-                * Expr::max([
-                    backward_gather + reduce.clone() * reduce_hidden - layer_backward,
-                    k(0.0),
-                ])
+                * Expr::max([backward_hidden.clone() - layer_backward.clone(), k(0.0)])
             + layers.clone() * reduce.clone() * (1.0 - reduce_hidden);
-        forward + backward
+        // The compute beside the hidden transfers runs on the SMs NCCL leaves it.
+        let beside = Expr::min([gather.clone(), layer_forward.clone()])
+            + Expr::min([backward_hidden, layer_backward]);
+        forward + backward + layers.clone() * beside * ctx.nccl_compute_share(&ring)
     } else {
         layers * (gather + backward_gather + reduce)
     };

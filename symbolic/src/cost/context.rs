@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use super::calibration::{AttentionRate, Calibration, GpuGeneration, KernelEfficiency};
 use super::slots::Slot;
 use crate::primitives::{
-    attention_forward_rate, collective_time, compute_units, gemm_time, Collective,
-    CollectiveParams, GemmDevice, GemmParams, Group, Links, HBM_STREAM_FRACTION,
+    attention_forward_rate, collective_time, compute_units, gemm_time, nccl_compute_share,
+    Collective, CollectiveParams, GemmDevice, GemmParams, Group, Links, HBM_STREAM_FRACTION,
 };
 use crate::{Expr, Symbol};
 
@@ -551,6 +551,11 @@ impl Ctx {
         }
     }
 
+    /// The data-parallel ranks: `d·cp`, stride `tp`.
+    pub fn dp_ring(&self) -> Ring {
+        self.ring("dp", self.d.clone() * self.c.clone(), self.t.clone())
+    }
+
     /// The ranks ZeRO shards over: `ds·cp`, consecutive data-parallel ranks (stride `tp`).
     pub fn shard_ring(&self) -> Ring {
         self.ring("shard", self.ds.clone() * self.c.clone(), self.t.clone())
@@ -565,6 +570,11 @@ impl Ctx {
 
     fn collective(&self, kind: Collective, bytes: Expr, group: &Ring) -> Expr {
         collective_time(kind, bytes, group, &self.links, &self.collectives)
+    }
+
+    /// How much longer compute takes while NCCL runs over `group` beside it.
+    pub fn nccl_compute_share(&self, group: &Ring) -> Expr {
+        nccl_compute_share(group, &self.links, &self.collectives, self.sms)
     }
 
     /// One all-reduce of `bytes` over `group` (NCCL's ring or tree, whichever is faster).

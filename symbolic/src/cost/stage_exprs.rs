@@ -8,7 +8,7 @@ use super::communication::{
     tp_layer_passes, tp_overlapped, zero3_microbatch,
 };
 use super::compute::{embedding_time, head_time, layer_times};
-use super::context::{k, Ctx};
+use super::context::{k, Ctx, Ring};
 use super::memory::stage_memory;
 use super::parameters::{stage_params, trainable_sharded_params, trainable_stage_params};
 use super::slots::{Output, Slot};
@@ -182,11 +182,16 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     // The gradient reduction runs bucket by bucket behind the last micro-batch's backward,
     // all but the last bucket; the updated weights' all-gather behind the next step's first
     // forward. Without overlap each runs after (or before) the compute it could hide behind.
+    // Hidden, a transfer still slows the backward it runs beside by the SMs NCCL holds.
     let dp = dp_step(ctx);
-    let exposed = |traffic: Expr, calls: Expr, window: Expr, overlapped: bool| {
+    let exposed = |traffic: Expr, calls: Expr, window: Expr, overlapped: bool, ring: &Ring| {
         if overlapped {
             let traffic = ctx.bind(traffic);
-            Expr::max([traffic.clone() - window, traffic / calls])
+            let left = ctx.bind(Expr::max([
+                traffic.clone() - window,
+                traffic.clone() / calls,
+            ]));
+            left.clone() + (traffic - left) * ctx.nccl_compute_share(ring)
         } else {
             traffic
         }
@@ -198,6 +203,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         dp.reduce_calls.clone(),
         ctx.layers.clone() * backward.clone(),
         ctx.overlap.grad_reduce,
+        &ctx.replica_ring(),
     );
     let reduce_window = ctx.layers.clone() * backward.clone();
     let reduce_calls = dp.reduce_calls.clone();
@@ -207,6 +213,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
             reduce_calls.clone(),
             reduce_window.clone(),
             ctx.overlap.grad_reduce,
+            &ctx.dp_ring(),
         )
     };
     let (reduce_tail, compression) = match &dp.compression {
@@ -223,6 +230,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
                 dp.gather_calls,
                 ctx.layers.clone() * forward,
                 ctx.overlap.param_gather,
+                &ctx.shard_ring(),
             ))
         + replica_tail;
     let optimizer_tail = (k(1.0) - ctx.off_opt.clone())

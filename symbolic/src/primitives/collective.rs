@@ -154,6 +154,52 @@ impl<S: Scalar> Group<S> {
     }
 }
 
+/// Bytes per second one NCCL channel moves: a DGX with 8 NICs reaching 190 GB/s runs 16
+/// channels, a single 12–24 GB/s NIC 2 (NVIDIA/nccl#689).
+const CHANNEL_RATE: f64 = 190e9 / 16.0;
+/// NCCL's most channels per communicator (`MAXCHANNELS`, 32).
+const MAX_CHANNELS: f64 = 32.0;
+
+/// SMs NCCL's kernels hold while a ring over `group` runs: one per channel ("NCCL CTAs won't
+/// share an SM with compute kernels", NVIDIA/nccl#689), as many channels as the ring's
+/// bottleneck rate needs.
+pub fn ring_sms<S: Scalar>(group: &Group<S>, links: &Links, params: &CollectiveParams) -> S {
+    let crosses = group.crosses();
+    let rate = (c::<S>(1.0) - crosses.clone()) * c(intra_rate(links, params))
+        + crosses * ring_rate_across(group, links, params);
+    (rate * c(1.0 / CHANNEL_RATE))
+        .min_of(c(MAX_CHANNELS))
+        .max_of(c(1.0))
+}
+
+/// How much longer compute takes while a ring over `group` runs beside it on a GPU of `sms`
+/// SMs: the compute gets the SMs NCCL leaves ([`ring_sms`]). A device with no more compute
+/// units than NCCL's channels is not a GPU running NCCL (a CPU rank, whose collectives run
+/// on host threads) and pays nothing.
+pub fn nccl_compute_share<S: Scalar>(
+    group: &Group<S>,
+    links: &Links,
+    params: &CollectiveParams,
+    sms: f64,
+) -> S {
+    if sms <= MAX_CHANNELS {
+        return c(0.0);
+    }
+    let held = ring_sms(group, links, params);
+    held.clone() / (c::<S>(sms) - held)
+}
+
+fn intra_rate(links: &Links, params: &CollectiveParams) -> f64 {
+    links.intra_bandwidth * params.intra_efficiency
+}
+
+/// A ring that crosses nodes runs one channel per member of the group in a node, each through
+/// its own NIC, capped by the intra-node link.
+fn ring_rate_across<S: Scalar>(group: &Group<S>, links: &Links, params: &CollectiveParams) -> S {
+    let nic_rate = links.inter_bandwidth * params.inter_efficiency;
+    (group.per_node.clone() * c(nic_rate)).min_of(c(intra_rate(links, params)))
+}
+
 /// A call's synchronisation steps: a ring's and, for an all-reduce, the tree NCCL may take
 /// across nodes instead (steps in the node's chain, levels between nodes).
 struct Steps<S> {
@@ -173,11 +219,11 @@ pub fn collective_time<S: Scalar>(
     let n = group.ranks.clone();
     let crosses = group.crosses();
     let single = c::<S>(1.0) - crosses.clone();
-    let intra_rate = links.intra_bandwidth * params.intra_efficiency;
+    let intra_rate = intra_rate(links, params);
     let nic_rate = links.inter_bandwidth * params.inter_efficiency;
-    // Seconds per byte on the ring's bottleneck, and per step.
-    let ring_rate_across = (group.per_node.clone() * c(nic_rate)).min_of(c(intra_rate));
-    let per_byte = single.clone() * c(1.0 / intra_rate) + crosses.clone() / ring_rate_across;
+    // Seconds per byte on the ring's bottleneck.
+    let per_byte = single.clone() * c(1.0 / intra_rate)
+        + crosses.clone() / ring_rate_across(group, links, params);
     let spread = (n.clone() - c(1.0)) / n.clone();
     let ring = |steps: S| Steps {
         ring: steps,
@@ -287,6 +333,25 @@ mod tests {
         let t = collective_time(Collective::AllGather, big, &group, &LINKS, &params());
         let bandwidth_part = 15.0 / 16.0 * big / (8.0 * 25e9);
         assert!((t - bandwidth_part).abs() < 1e-3, "{t} vs {bandwidth_part}");
+    }
+
+    #[test]
+    fn nccl_holds_one_sm_per_twelve_gigabytes_a_second_and_at_most_32() {
+        // Across nodes: 8 NICs of 25 GB/s drive the ring, 200 GB/s, 16.8 channels.
+        let across = Group::placed(64.0, 1.0, 8.0, 1024.0);
+        let held = ring_sms(&across, &LINKS, &params());
+        assert!((held - 200e9 / (190e9 / 16.0)).abs() < 1e-9, "{held}");
+        let share: f64 = nccl_compute_share(&across, &LINKS, &params(), 108.0);
+        assert!((share - held / (108.0 - held)).abs() < 1e-12, "{share}");
+        // NVLink at 450 GB/s would need 38: NCCL stops at 32.
+        let nvlink = Links {
+            intra_bandwidth: 450e9,
+            ..LINKS
+        };
+        let node = Group::placed(8.0, 1.0, 8.0, 1024.0);
+        assert_eq!(ring_sms(&node, &nvlink, &params()), 32.0);
+        // A CPU rank (one compute unit) runs its collectives on host threads.
+        assert_eq!(nccl_compute_share(&node, &nvlink, &params(), 1.0), 0.0);
     }
 
     #[test]

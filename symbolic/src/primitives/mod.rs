@@ -21,7 +21,9 @@ mod scalar;
 pub use attention::{
     attention_forward_rate, attention_tflops, kernel_of_label, AttentionKernel, AttentionParams,
 };
-pub use collective::{collective_time, Collective, CollectiveParams, Group, Links};
+pub use collective::{
+    collective_time, nccl_compute_share, ring_sms, Collective, CollectiveParams, Group, Links,
+};
 pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
