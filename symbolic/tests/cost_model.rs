@@ -1458,6 +1458,9 @@ fn deepspeed_zero3_gathers_again_what_outlives_the_reuse_distance_under_recomput
     // the weights used in between, twice the later linear layers', number fewer.
     let dp_comm = |framework: Framework, hidden: u64, recompute: Recompute, prefetch: bool| {
         let mut spec = spec(gpt(4, hidden, hidden / 128), 2, 256);
+        // One compute unit: no SMs for NCCL to take, so a hidden gather costs nothing and the
+        // prefetched case shows only what is exposed.
+        spec.cluster.gpu.compute_units = Some(1);
         spec.train.framework = framework;
         spec.train.overlap = Some(OverlapSpec {
             grad_reduce: Some(false),
