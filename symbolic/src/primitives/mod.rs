@@ -22,7 +22,7 @@ pub use attention::{
     attention_forward_rate, attention_tflops, kernel_of_label, AttentionKernel, AttentionParams,
 };
 pub use collective::{
-    collective_time, nccl_compute_share, ring_sms, Collective, CollectiveParams, Group, Links,
+    collective_time, nccl_compute_share, Collective, CollectiveParams, Group, Links,
 };
 pub use gemm::{compute_units, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
