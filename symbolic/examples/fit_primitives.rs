@@ -7,7 +7,9 @@
 
 use std::path::PathBuf;
 
-use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveScore};
+use tessel_symbolic::primitives::fit::{
+    fit_and_score, gemm_source_disagreement, median, score_unseen, PrimitiveScore,
+};
 use tessel_symbolic::primitives::{default_microbench_dirs, load_microbenchmarks};
 
 fn main() {
@@ -29,6 +31,12 @@ fn main() {
     };
     let (fitted, scores) = fit_and_score(&data);
     print_scores(&scores);
+    let mut disagreement = gemm_source_disagreement(&data);
+    println!(
+        "\nTwo sources timing the same GEMM shape on the same GPU: {} pairs, median difference {:.1} %",
+        disagreement.len(),
+        100.0 * median(&mut disagreement)
+    );
     if let Some(dir) = unseen {
         match load_microbenchmarks(std::slice::from_ref(&dir)) {
             Ok(unseen) => {
@@ -83,8 +91,8 @@ fn main() {
 }
 
 fn print_scores(scores: &[PrimitiveScore]) {
-    println!("| primitive | rows | sources | median error, source held out | mean, held out | median in the fit |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| primitive | rows | sources | median error, source held out | mean, held out | median, each source's level divided out | median in the fit |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for score in scores {
         let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
             / score.held_out.len().max(1) as f64;
@@ -93,8 +101,16 @@ fn print_scores(scores: &[PrimitiveScore]) {
         } else {
             format!("{:.1} %", 100.0 * PrimitiveScore::median_abs(&score.in_fit))
         };
+        let shape = if score.held_out_shape.is_empty() {
+            "–".to_string()
+        } else {
+            format!(
+                "{:.1} %",
+                100.0 * PrimitiveScore::median_abs(&score.held_out_shape)
+            )
+        };
         println!(
-            "| {} | {} | {} | {:.1} % | {:.1} % | {in_fit} |",
+            "| {} | {} | {} | {:.1} % | {:.1} % | {shape} | {in_fit} |",
             score.kind,
             score.rows,
             score.sources,

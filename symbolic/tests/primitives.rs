@@ -4,7 +4,9 @@
 //! measurements no fit reads.
 
 use tessel_symbolic::cost::GpuGeneration;
-use tessel_symbolic::primitives::fit::{fit_and_score, score_unseen, PrimitiveScore};
+use tessel_symbolic::primitives::fit::{
+    fit_and_score, gemm_source_disagreement, score_unseen, PrimitiveScore,
+};
 use tessel_symbolic::primitives::{
     default_microbench_dirs, device_of, load_microbenchmarks, AttentionKernel, AttentionParams,
     CollectiveParams, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION,
@@ -104,6 +106,18 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         assert!(median <= bound, "{}: held-out median {median}", score.kind);
     }
 
+    // A step's GEMMs take the primitive's shape (tiles, waves, short `k`), not its level (the
+    // end-to-end `matmul` replaces it): held out, the shape transfers within 10 %, while two
+    // sources timing the same shape on the same GPU differ by a median of about a quarter.
+    for score in scores.iter().filter(|s| s.kind.starts_with("GEMM")) {
+        let shape = PrimitiveScore::median_abs(&score.held_out_shape);
+        assert!(shape <= 0.10, "{}: shape median {shape}", score.kind);
+    }
+    let mut disagreement = gemm_source_disagreement(&data);
+    assert!(disagreement.len() >= 50);
+    let floor = tessel_symbolic::primitives::fit::median(&mut disagreement);
+    assert!(floor > 0.15, "sources disagree by {floor}");
+
     // GPUs and sweeps no fit saw (data/microbench/measured-h200/ and measured-h100/, measured
     // by this project; multinode/, published): the fitted GEMM and attention primitives
     // transfer to them as they do across sources.
@@ -122,6 +136,12 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         let median = PrimitiveScore::median_abs(&score.held_out);
         assert_eq!(score.rows, rows, "{folder}: {kind}");
         assert!(median <= bound, "{kind} on {folder}: median {median}");
+        if kind.starts_with("GEMM") {
+            // Our sweeps ran at their GPUs' 700 W cap, below the published level; the shape
+            // across 370 transformer GEMMs holds within 3-4 %.
+            let shape = PrimitiveScore::median_abs(&score.held_out_shape);
+            assert!(shape <= 0.05, "{kind} on {folder}: shape median {shape}");
+        }
     }
 }
 

@@ -305,6 +305,9 @@ pub struct PrimitiveScore {
     pub in_fit: Vec<f64>,
     /// Relative errors of every row under the fit without its source.
     pub held_out: Vec<f64>,
+    /// The same, each source's median error divided out: how well the primitive's dependence
+    /// on shape, size and group transfers, apart from the level each source's system ran at.
+    pub held_out_shape: Vec<f64>,
 }
 
 impl PrimitiveScore {
@@ -383,6 +386,43 @@ fn held_out_errors<T: Sourced, P>(
     errors
 }
 
+/// `errors` (aligned with `rows`) with each source's median log error divided out.
+fn source_levels_removed<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
+    let mut levels = BTreeMap::new();
+    for source in sources(rows) {
+        let mut logs: Vec<f64> = rows
+            .iter()
+            .zip(errors)
+            .filter(|(r, _)| r.source() == source)
+            .map(|(_, e)| e.ln_1p())
+            .collect();
+        levels.insert(source, median(&mut logs));
+    }
+    rows.iter()
+        .zip(errors)
+        .map(|(r, e)| (e.ln_1p() - levels[r.source()]).exp_m1())
+        .collect()
+}
+
+/// Relative differences between the times two sources measured for the same GEMM shape on
+/// the same GPU (the same datasheet peak), one per pair: how far apart sources put the same
+/// measurement, which a level fitted without one of them cannot know.
+pub fn gemm_source_disagreement(data: &Microbenchmarks) -> Vec<f64> {
+    let mut differences = Vec::new();
+    for (i, a) in data.gemms.iter().enumerate() {
+        for b in &data.gemms[i + 1..] {
+            let same = a.source != b.source
+                && gemm_generation(a) == gemm_generation(b)
+                && a.device.peak_flops == b.device.peak_flops
+                && (a.m, a.n, a.k) == (b.m, b.n, b.k);
+            if same {
+                differences.push((a.seconds / b.seconds).ln().abs().exp_m1());
+            }
+        }
+    }
+    differences
+}
+
 /// The collectives `rows` measure, each once, in name order.
 fn kinds_of<'a>(rows: impl Iterator<Item = &'a CollectiveMeasurement>) -> Vec<Collective> {
     let mut kinds: Vec<Collective> = rows.map(|r| r.kind).collect();
@@ -408,6 +448,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         relative_error(predict_collective(r, p), r.seconds)
     };
     let held_out = held_out_errors(&rows, |kept| fit_collectives(kept, &start), error);
+    let held_out_shape = source_levels_removed(&rows, &held_out);
     for kind in kinds_of(rows.iter().copied()) {
         let of_kind = |r: &&CollectiveMeasurement| r.kind == kind;
         let kind_rows: Vec<&CollectiveMeasurement> = rows.iter().copied().filter(of_kind).collect();
@@ -419,6 +460,12 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
             held_out: rows
                 .iter()
                 .zip(&held_out)
+                .filter(|(r, _)| of_kind(r))
+                .map(|(_, e)| *e)
+                .collect(),
+            held_out_shape: rows
+                .iter()
+                .zip(&held_out_shape)
                 .filter(|(r, _)| of_kind(r))
                 .map(|(_, e)| *e)
                 .collect(),
@@ -436,6 +483,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
             sources: sources(&degraded).len(),
             in_fit: Vec::new(),
             held_out: degraded.iter().map(|r| error(r, &full)).collect(),
+            held_out_shape: Vec::new(),
         });
     }
 
@@ -450,12 +498,14 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         let fitted = fit_gemms(&rows, &start);
         let error =
             |r: &GemmMeasurement, p: &GemmParams| relative_error(predict_gemm(r, p), r.seconds);
+        let held_out = held_out_errors(&rows, |kept| fit_gemms(kept, &start), error);
         scores.push(PrimitiveScore {
             kind: format!("GEMM: {}", generation.name()),
             rows: rows.len(),
             sources: sources(&rows).len(),
             in_fit: rows.iter().map(|r| error(r, &fitted)).collect(),
-            held_out: held_out_errors(&rows, |kept| fit_gemms(kept, &start), error),
+            held_out_shape: source_levels_removed(&rows, &held_out),
+            held_out,
         });
         gemms.insert(generation.name(), fitted);
     }
@@ -494,9 +544,11 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
                 fit_attention(kept, &start)
             }
         };
+        let held_out = held_out_errors(rows, fit, error);
         attention_score
-            .held_out
-            .extend(held_out_errors(rows, fit, error));
+            .held_out_shape
+            .extend(source_levels_removed(rows, &held_out));
+        attention_score.held_out.extend(held_out);
         attention.insert(class.clone(), fitted);
     }
     scores.push(attention_score);
@@ -507,12 +559,14 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     let error = |r: &MemoryMeasurement, fraction: &f64| {
         relative_error(r.bandwidth, fraction * r.datasheet_bandwidth)
     };
+    let held_out = held_out_errors(&rows, fit_stream_fraction, error);
     scores.push(PrimitiveScore {
         kind: "memory-bound pass (HBM)".to_string(),
         rows: rows.len(),
         sources: sources(&rows).len(),
         in_fit: rows.iter().map(|r| error(r, &stream_fraction)).collect(),
-        held_out: held_out_errors(&rows, fit_stream_fraction, error),
+        held_out_shape: source_levels_removed(&rows, &held_out),
+        held_out,
     });
 
     (
@@ -551,12 +605,14 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
             .copied()
             .filter(|r| error(r).is_some())
             .collect();
+        let held_out: Vec<f64> = scored.iter().filter_map(|r| error(r)).collect();
         PrimitiveScore {
             kind,
             rows: scored.len(),
             sources: sources(&scored).len(),
             in_fit: Vec::new(),
-            held_out: scored.iter().filter_map(|r| error(r)).collect(),
+            held_out_shape: source_levels_removed(&scored, &held_out),
+            held_out,
         }
     }
     let mut scores = Vec::new();
