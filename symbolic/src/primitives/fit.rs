@@ -452,23 +452,20 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     for kind in kinds_of(rows.iter().copied()) {
         let of_kind = |r: &&CollectiveMeasurement| r.kind == kind;
         let kind_rows: Vec<&CollectiveMeasurement> = rows.iter().copied().filter(of_kind).collect();
+        let of_kind_only = |errors: &[f64]| -> Vec<f64> {
+            rows.iter()
+                .zip(errors)
+                .filter(|(r, _)| of_kind(r))
+                .map(|(_, e)| *e)
+                .collect()
+        };
         scores.push(PrimitiveScore {
             kind: format!("collective: {}", kind.name()),
             rows: kind_rows.len(),
             sources: sources(&kind_rows).len(),
             in_fit: kind_rows.iter().map(|r| error(r, &full)).collect(),
-            held_out: rows
-                .iter()
-                .zip(&held_out)
-                .filter(|(r, _)| of_kind(r))
-                .map(|(_, e)| *e)
-                .collect(),
-            held_out_shape: rows
-                .iter()
-                .zip(&held_out_shape)
-                .filter(|(r, _)| of_kind(r))
-                .map(|(_, e)| *e)
-                .collect(),
+            held_out: of_kind_only(&held_out),
+            held_out_shape: of_kind_only(&held_out_shape),
         });
     }
     let degraded: Vec<&CollectiveMeasurement> = data
