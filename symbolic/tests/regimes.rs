@@ -92,11 +92,11 @@ fn megatron_on_h100_overlaps_only_the_last_micro_batch_of_its_reduction() {
     // --overlap-param-gather on, 408.8 to 489.1 TFLOP/s per GPU. Gradients accumulate over
     // the micro-batches, so the distributed optimizer's reduce-scatter starts only in the last
     // one's backward pass (Megatron-Core's `register_grad_ready`) and its all-gather hides
-    // behind the first one's forward: with 16 to 64 micro-batches per pipeline most of the
-    // traffic stays exposed, and the pipelined rows land within 6 % with it.
+    // behind the first one's forward: with the table's 16 to 64 micro-batches per pipeline
+    // most of the traffic stays exposed, and the pipelined rows land within 6 % with it.
     let all = outcomes();
     let rows = regime(&all, "megatron_h100", "GPT");
-    assert_eq!(rows.len(), 9);
+    assert_eq!(rows.len(), 11);
     for o in rows.iter().filter(|o| o.case.spec.strategies[0].pp > 2) {
         assert!(
             o.step_error.abs() < 0.06,
@@ -115,15 +115,29 @@ fn megatron_on_h100_overlaps_only_the_last_micro_batch_of_its_reduction() {
             .estimate(&spec.strategies[0])
             .unwrap();
         let (hidden, all) = (o.estimate.time.dp_comm, exposed.time.dp_comm);
+        let table_row = !o.case.model.contains("strong scaling");
         assert!(
-            hidden < all && hidden > 0.5 * all,
+            hidden < all && (hidden > 0.5 * all || !table_row),
             "{}: {hidden} s exposed with the overlaps on, {all} s with them off",
             o.case.model
         );
     }
     // The README's "superlinear" weak scaling: 41 % MFU for 1.7B on 48 GPUs, 47 % for 7.1B on
     // 96, the smaller model's narrower GEMMs filling less of each wave.
-    assert!(rows[0].estimate.mfu < rows[1].estimate.mfu);
+    let mfu = |model: &str| {
+        rows.iter()
+            .find(|o| o.case.model == model)
+            .expect(model)
+            .estimate
+            .mfu
+    };
+    assert!(mfu("GPT 1.7B") < mfu("GPT 7.1B"));
+    // Its strong scaling of the 177B at a fixed 1,152 sequences, 96 to 4,608 GPUs: 47 % to 42 %
+    // MFU, "communication becomes more exposed at larger scale" (576 micro-batches per pipeline
+    // become 12, behind the last of which the reduction must hide).
+    let strong = regime(&all, "megatron_h100", "strong scaling");
+    assert_eq!(strong.len(), 2);
+    assert!(strong[1].estimate.mfu < 0.95 * strong[0].estimate.mfu);
 }
 
 #[test]
