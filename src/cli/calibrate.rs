@@ -207,6 +207,7 @@ fn gemm_measured(
     let gpu = &spec.cluster.gpu;
     GemmMeasurement {
         source: file.to_string(),
+        measurement: file.to_string(),
         gpu: gpu.name.clone(),
         m: m as f64,
         n: n as f64,

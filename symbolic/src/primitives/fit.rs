@@ -325,9 +325,15 @@ pub struct FittedPrimitives {
     pub stream_fraction: f64,
 }
 
-/// A measurement's published source, the unit a primitive is held out by.
+/// A measurement's published source, the unit the fit weighs.
 trait Sourced {
     fn source(&self) -> &str;
+
+    /// The unit a primitive is held out by: the source, or the measurement of which the
+    /// source is one copy among several.
+    fn held_out_unit(&self) -> &str {
+        self.source()
+    }
 }
 
 impl Sourced for CollectiveMeasurement {
@@ -339,6 +345,10 @@ impl Sourced for CollectiveMeasurement {
 impl Sourced for GemmMeasurement {
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn held_out_unit(&self) -> &str {
+        &self.measurement
     }
 }
 
@@ -354,9 +364,9 @@ impl Sourced for MemoryMeasurement {
     }
 }
 
-/// The distinct sources of `rows`, sorted.
+/// The distinct units `rows` are held out by, sorted.
 fn sources<'a, T: Sourced>(rows: &[&'a T]) -> Vec<&'a str> {
-    let mut all: Vec<&str> = rows.iter().map(|r| r.source()).collect();
+    let mut all: Vec<&str> = rows.iter().map(|r| r.held_out_unit()).collect();
     all.sort_unstable();
     all.dedup();
     all
@@ -374,11 +384,11 @@ fn held_out_errors<T: Sourced, P>(
         let kept: Vec<&T> = rows
             .iter()
             .copied()
-            .filter(|r| r.source() != source)
+            .filter(|r| r.held_out_unit() != source)
             .collect();
         let without = fit(&kept);
         for (slot, row) in errors.iter_mut().zip(rows) {
-            if row.source() == source {
+            if row.held_out_unit() == source {
                 *slot = error(row, &without);
             }
         }
@@ -393,14 +403,14 @@ fn source_levels_removed<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
         let mut logs: Vec<f64> = rows
             .iter()
             .zip(errors)
-            .filter(|(r, _)| r.source() == source)
+            .filter(|(r, _)| r.held_out_unit() == source)
             .map(|(_, e)| e.ln_1p())
             .collect();
         levels.insert(source, median(&mut logs));
     }
     rows.iter()
         .zip(errors)
-        .map(|(r, e)| (e.ln_1p() - levels[r.source()]).exp_m1())
+        .map(|(r, e)| (e.ln_1p() - levels[r.held_out_unit()]).exp_m1())
         .collect()
 }
 
@@ -411,7 +421,7 @@ pub fn gemm_source_disagreement(data: &Microbenchmarks) -> Vec<f64> {
     let mut differences = Vec::new();
     for (i, a) in data.gemms.iter().enumerate() {
         for b in &data.gemms[i + 1..] {
-            let same = a.source != b.source
+            let same = a.measurement != b.measurement
                 && gemm_generation(a) == gemm_generation(b)
                 && a.device.peak_flops == b.device.peak_flops
                 && (a.m, a.n, a.k) == (b.m, b.n, b.k);

@@ -38,10 +38,30 @@ const DEGRADED_REPORTS: [&str; 3] = [
     "NVIDIA/nccl-tests issue #232",
 ];
 
+/// Measurements published in more than one repository: the file that holds them, and the one
+/// measurement its copies are. OpenXLA's `sm_90` matmul table is read from its tensorflow copy
+/// (the shared rows) and its ROCm/xla mirror (the rest of the grid): each copy weighs as a
+/// source in the fit, but holding out one copy while fitting on the other would hold nothing
+/// out, so both are held out together.
+const MIRRORED_SOURCES: [(&str, &str); 1] = [(
+    "matmul_interpolator_data.h",
+    "OpenXLA xla/service/gpu/model/matmul_interpolator_data.h, kDefaultMatmulPTable \"sm_90\" (tensorflow and ROCm/xla copies)",
+)];
+
+/// The measurement a row's source is a copy of: its own, or the one its copies share.
+fn measurement_of(source: &str) -> String {
+    MIRRORED_SOURCES
+        .iter()
+        .find(|(file, _)| source.contains(file))
+        .map_or_else(|| source.to_string(), |(_, name)| name.to_string())
+}
+
 /// One GEMM measurement (fp16/bf16, cuBLAS or XLA).
 #[derive(Clone, Debug)]
 pub struct GemmMeasurement {
     pub source: String,
+    /// The measurement the source is a copy of, held out as one (`MIRRORED_SOURCES`).
+    pub measurement: String,
     pub gpu: String,
     pub m: f64,
     pub n: f64,
@@ -298,6 +318,7 @@ fn gemm(row: &Row) -> Option<GemmMeasurement> {
     let tflops = row.number("tflops")?;
     Some(GemmMeasurement {
         source: row.get("source").to_string(),
+        measurement: measurement_of(row.get("source")),
         gpu,
         m,
         n,
