@@ -193,11 +193,14 @@ fn intra_rate(links: &Links, params: &CollectiveParams) -> f64 {
     links.intra_bandwidth * params.intra_efficiency
 }
 
+fn nic_rate(links: &Links, params: &CollectiveParams) -> f64 {
+    links.inter_bandwidth * params.inter_efficiency
+}
+
 /// A ring that crosses nodes runs one channel per member of the group in a node, each through
 /// its own NIC, capped by the intra-node link.
 fn ring_rate_across<S: Scalar>(group: &Group<S>, links: &Links, params: &CollectiveParams) -> S {
-    let nic_rate = links.inter_bandwidth * params.inter_efficiency;
-    (group.per_node.clone() * c(nic_rate)).min_of(c(intra_rate(links, params)))
+    (group.per_node.clone() * c(nic_rate(links, params))).min_of(c(intra_rate(links, params)))
 }
 
 /// A call's synchronisation steps: a ring's and, for an all-reduce, the tree NCCL may take
@@ -220,7 +223,7 @@ pub fn collective_time<S: Scalar>(
     let crosses = group.crosses();
     let single = c::<S>(1.0) - crosses.clone();
     let intra_rate = intra_rate(links, params);
-    let nic_rate = links.inter_bandwidth * params.inter_efficiency;
+    let nic_rate = nic_rate(links, params);
     // Seconds per byte on the ring's bottleneck.
     let per_byte = single.clone() * c(1.0 / intra_rate)
         + crosses.clone() / ring_rate_across(group, links, params);
