@@ -1,7 +1,8 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 7 parameters (Ampere's and Hopper's GEMM efficiencies,
-//!    Ampere's memory efficiency of the fused stacks (Hopper's, and every generation's under
+//! 1. Throughput: a coordinate search of 6 parameters (Ampere's and Hopper's GEMM efficiencies,
+//!    Hopper's FP8 level following its bf16 one at the GEMM primitive's measured FP8 speedup,
+//!    `primitives::fp8_speedup`; Ampere's memory efficiency of the fused stacks (Hopper's, and every generation's under
 //!    eager PyTorch, is measured: `EAGER_ELEMENTWISE`),
 //!    DeepSpeed's kernels relative to Megatron-LM's,
 //!    row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned attention heads
@@ -62,7 +63,7 @@ const fn parameter(name: &'static str, low: f64, high: f64, data: &'static str) 
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, software factors between much slower
 /// and a little faster.
-const THROUGHPUT: [Parameter; 7] = [
+const THROUGHPUT: [Parameter; 6] = [
     parameter(
         "ampere.matmul",
         0.55,
@@ -73,13 +74,7 @@ const THROUGHPUT: [Parameter; 7] = [
         "hopper.matmul",
         0.50,
         0.85,
-        "H100 bf16 runs: MPT H100, torchtitan, NeMo",
-    ),
-    parameter(
-        "hopper.fp8_matmul",
-        0.35,
-        0.85,
-        "H100 fp8 runs: NeMo, torchtitan float8, MPT amp_fp8",
+        "H100 runs (FP8 ones at the measured FP8 speedup): MPT H100, torchtitan, NeMo",
     ),
     parameter(
         "ampere.memory",
@@ -149,7 +144,6 @@ impl State {
         Some(match name {
             "ampere.matmul" => &mut self.ampere.matmul,
             "hopper.matmul" => &mut self.hopper.matmul,
-            "hopper.fp8_matmul" => &mut self.hopper.fp8_matmul,
             "ampere.memory" => &mut self.ampere.memory,
             "deepspeed_kernels" => &mut self.cal.deepspeed_kernels,
             "fp8_rowwise_matmul" => &mut self.cal.fp8_rowwise_matmul,
@@ -180,10 +174,9 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 10] = [
+const PRIORS: [(&str, f64); 9] = [
     ("ampere.matmul", 0.75),
     ("hopper.matmul", 0.70),
-    ("hopper.fp8_matmul", 0.60),
     ("ampere.memory", 0.70),
     ("deepspeed_kernels", 1.0),
     ("fp8_rowwise_matmul", 0.8),

@@ -93,13 +93,15 @@ fn megatron_on_h100_overlaps_only_the_last_micro_batch_of_its_reduction() {
     // the micro-batches, so the distributed optimizer's reduce-scatter starts only in the last
     // one's backward pass (Megatron-Core's `register_grad_ready`) and its all-gather hides
     // behind the first one's forward: with the table's 16 to 64 micro-batches per pipeline
-    // most of the traffic stays exposed, and the pipelined rows land within 6 % with it.
+    // most of the traffic stays exposed, and the pipelined rows land within 8 % with it (6 %
+    // while Hopper's FP8 level was fitted apart from its bf16 one, which now carries the FP8
+    // runs too and refitted 3 % higher).
     let all = outcomes();
     let rows = regime(&all, "megatron_h100", "GPT");
     assert_eq!(rows.len(), 11);
     for o in rows.iter().filter(|o| o.case.spec.strategies[0].pp > 2) {
         assert!(
-            o.step_error.abs() < 0.06,
+            o.step_error.abs() < 0.08,
             "{}: {:+.3}",
             o.case.model,
             o.step_error

@@ -69,7 +69,7 @@ fn per_source_errors_stay_within_achieved_bounds() {
         (Source::MegatronReadme, 0.06, 0.10),
         (Source::Nemo, 0.07, 0.19), // Megatron-FSDP Llama 3 8B: 17.8 %, NCCL's SMs charged (VALIDATION.md)
         (Source::Bloom, 0.08, 0.23),
-        (Source::MptHopper, 0.06, 0.28),
+        (Source::MptHopper, 0.06, 0.30),
         (Source::MptAmpere, 0.08, 0.46),
         (Source::Torchtitan, 0.11, 0.26),
         (Source::Mist, 0.05, 0.08),

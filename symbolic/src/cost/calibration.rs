@@ -6,11 +6,12 @@
 //! --release -p tessel-symbolic --example calibrate`) by a coordinate search inside physically
 //! plausible ranges, on every published source with complete configurations, each source
 //! weighing the same, with Korthikanti et al.'s Table 5 target as an extra term, starting from
-//! round priors and from the committed values and keeping the better fit. Fitted (7 for
+//! round priors and from the committed values and keeping the better fit. Fitted (6 for
 //! throughput): Ampere (shared by Volta, whose GEMMs are costed with Ampere's primitive) and
 //! Hopper `matmul` (the level of a large GEMM's rate in a step; shapes are the GEMM
-//! primitive's, and the attention outside Megatron-LM runs at the same fraction of its own
-//! benchmarks, [`KernelEfficiency::sustained_fraction`]), Hopper `fp8_matmul`, Ampere's
+//! primitive's, the attention outside Megatron-LM runs at the same fraction of its own
+//! benchmarks, [`KernelEfficiency::sustained_fraction`], and FP8 GEMMs at the primitive's
+//! measured FP8 speedup over it, [`KernelEfficiency::fp8_matmul`]), Ampere's
 //! `memory` of the fused stacks (shared by Volta; Hopper's, and every generation's under eager
 //! PyTorch, is measured, [`EAGER_ELEMENTWISE`]),
 //! `deepspeed_kernels`, `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only
@@ -27,10 +28,10 @@
 //! `docs/VALIDATION.md`. Everything not named here (Ada's fractions, unknown GPUs,
 //! `ep_overlap`, optimizer bytes) is a prior.
 
-use tessel_grammar::{Framework, GpuSpec, TrainSpec};
+use tessel_grammar::{Framework, GpuSpec, PeakCompute, TrainSpec};
 
 use crate::primitives::{
-    AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
+    fp8_speedup, AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
 };
 
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
@@ -112,9 +113,6 @@ pub struct KernelEfficiency {
     /// main-loop rate); how a given shape falls below it (tiles, waves, short `k`) is the
     /// primitive's, calibrated on GEMM microbenchmarks.
     pub matmul: f64,
-    /// Fraction of the fp8 peak a large fp8 matmul reaches (scaling and casts keep it below
-    /// the bf16 fraction).
-    pub fp8_matmul: f64,
     /// The fused attention: flash-attention 2's primitive on this GPU until
     /// [`KernelEfficiency::for_training`] picks the kernel the training software runs, or the
     /// spec's flat fraction.
@@ -138,6 +136,18 @@ impl KernelEfficiency {
         (self.matmul / cal.gemm_for(self.generation).efficiency).min(1.0)
     }
 
+    /// Fraction of the fp8 peak a large FP8 GEMM with one scale per tensor sustains in a step:
+    /// the bf16 `matmul` level at the GEMM primitive's measured FP8 speedup
+    /// ([`fp8_speedup`]), so the step's clocks and power weigh on both alike. 0 on a GPU
+    /// without fp8 tensor cores.
+    pub fn fp8_matmul(&self, peak: &PeakCompute) -> f64 {
+        if peak.fp8 > 0.0 {
+            self.matmul * fp8_speedup(self.generation) * peak.bf16 / peak.fp8
+        } else {
+            0.0
+        }
+    }
+
     /// The memory-bound passes' fraction under the given training software. The PyTorch-native
     /// stacks (`fsdp`: torchtitan, llm-foundry) run eager kernels unless compiled, at
     /// [`EAGER_ELEMENTWISE`] on every GPU: the fraction is the kernels' (Liger-Kernel's
@@ -156,13 +166,13 @@ impl KernelEfficiency {
     /// Defaults per generation, overridden by the spec's `GpuSpec.efficiency`.
     pub fn for_gpu(gpu: &GpuSpec) -> KernelEfficiency {
         let generation = GpuGeneration::from_name(&gpu.name);
-        let (matmul, fp8_matmul, memory) = match generation {
-            GpuGeneration::Volta | GpuGeneration::Ampere => (0.8196, 0.6, 0.7932),
+        let (matmul, memory) = match generation {
+            GpuGeneration::Volta | GpuGeneration::Ampere => (0.8196, 0.7932),
             // Ada (L4, L40S) has no fit of its own: Mist's two L4 runs are too few to identify
             // a level, so it keeps the round prior every held-out generation starts from.
-            GpuGeneration::Ada => (0.75, 0.6, 0.70),
-            GpuGeneration::Hopper => (0.6607, 0.6221, EAGER_ELEMENTWISE),
-            GpuGeneration::Other => (0.75, 0.6, 0.65),
+            GpuGeneration::Ada => (0.75, 0.70),
+            GpuGeneration::Hopper => (0.6805, EAGER_ELEMENTWISE),
+            GpuGeneration::Other => (0.75, 0.65),
         };
         let attention = match gpu.efficiency.attention {
             Some(fraction) => AttentionRate::Flat(fraction),
@@ -173,7 +183,6 @@ impl KernelEfficiency {
         };
         KernelEfficiency {
             matmul: gpu.efficiency.matmul.unwrap_or(matmul),
-            fp8_matmul,
             attention,
             memory: gpu.efficiency.memory.unwrap_or(memory),
             memory_given: gpu.efficiency.memory.is_some(),
@@ -216,7 +225,6 @@ impl KernelEfficiency {
         };
         KernelEfficiency {
             matmul: self.matmul * factor,
-            fp8_matmul: self.fp8_matmul * factor,
             attention: attention.scaled(factor),
             memory: self.memory_in_step(train) * factor,
             ..self
@@ -363,7 +371,7 @@ impl Default for Calibration {
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,
             deepspeed_kernels: 0.7438,
-            fp8_rowwise_matmul: 0.5548,
+            fp8_rowwise_matmul: 0.5714,
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,

@@ -168,6 +168,9 @@ pub(crate) struct Ctx {
     pub bytes: StateBytes,
 
     pub matmul_peak: f64,
+    /// Fraction of `matmul_peak` an FP8 GEMM with one scale per tensor sustains
+    /// ([`KernelEfficiency::fp8_matmul`]).
+    pub fp8_matmul: f64,
     pub attention_peak: f64,
     pub hbm_bandwidth: f64,
     pub efficiency: KernelEfficiency,
@@ -214,6 +217,7 @@ impl Ctx {
         let sym = |slot: Slot| Expr::Sym(slot.symbol());
         let bytes = StateBytes::of(train, &cal);
         let peak = &cluster.gpu.peak;
+        let in_step = efficiency.for_training(train, &cal);
         let matmul_peak = match train.precision {
             Precision::Fp32 => peak.tf32.max(peak.fp32),
             other => peak.for_precision(other),
@@ -300,9 +304,10 @@ impl Ctx {
             moe,
             bytes,
             matmul_peak,
+            fp8_matmul: in_step.fp8_matmul(peak),
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
-            efficiency: efficiency.for_training(train, &cal),
+            efficiency: in_step,
             gemm: cal.gemm_for(GpuGeneration::from_name(&cluster.gpu.name)),
             sms: compute_units(&cluster.gpu),
             cal,
@@ -475,9 +480,9 @@ impl Ctx {
     /// calibrated `matmul` (`fp8_matmul` for FP8, row-scaled at `fp8_rowwise_matmul` of it).
     pub fn matmul(&self, m: Expr, n: Expr, kk: Expr, batch: Expr) -> Matmul {
         let fraction = if self.is_fp8_with(Fp8Scaling::Rowwise) {
-            self.efficiency.fp8_matmul * self.cal.fp8_rowwise_matmul
+            self.fp8_matmul * self.cal.fp8_rowwise_matmul
         } else if self.is_fp8() {
-            self.efficiency.fp8_matmul
+            self.fp8_matmul
         } else {
             self.efficiency.matmul
         };

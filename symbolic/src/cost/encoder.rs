@@ -789,10 +789,16 @@ fn imbalance(
         reordered += slowest(pipeline, &balanced_bins, m);
     }
     let draws = DRAWS as f64;
-    (
-        (in_order / draws - even).max(0.0),
-        (reordered / draws - even).max(0.0),
-    )
+    // Averaging identical draws (every sample the same) leaves round-off, not imbalance.
+    let excess = |total: f64| {
+        let excess = total / draws - even;
+        if excess > 1e-12 * even {
+            excess
+        } else {
+            0.0
+        }
+    };
+    (excess(in_order), excess(reordered))
 }
 
 /// The slowest replica's pipeline time; `bins` lists each replica's micro-batches in turn.

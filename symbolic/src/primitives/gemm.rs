@@ -49,6 +49,21 @@ impl GemmParams {
     }
 }
 
+/// How many times faster an FP8 GEMM with one scale per tensor runs than a bf16 GEMM of the
+/// same shape on the same GPU. Hopper's is measured by this project on an H100: the median over
+/// 52 shapes (a Llama 3 8B and 70B layer's forward, input-gradient and weight-gradient GEMMs at
+/// tensor parallelism 1 and 8, and squares) of cuBLASLt's FP8 GEMM (`torch._scaled_mm`) against
+/// `torch.matmul` (`data/microbench/measured-h100/fp8/gemm.csv`, 1.10 at 2048³ to 2.22); the
+/// GEMMs of a profiled torchao float8 layer ran 1.75–1.90 times faster than in bf16
+/// (`fp8/kernels.csv`). Other generations take a prior of 1.6: Ada's fp8 tensor cores are
+/// unmeasured here, and Ampere and Volta have none.
+pub fn fp8_speedup(generation: GpuGeneration) -> f64 {
+    match generation {
+        GpuGeneration::Hopper => 1.78,
+        _ => 1.6,
+    }
+}
+
 /// Streaming multiprocessors of a GPU, from its name (NVIDIA's architecture whitepapers and
 /// datasheets: V100 80, A100/A800 108, H100 SXM/H800/H200/GH200 132, H100 PCIe 114, L4 58,
 /// L40S 142, RTX 4090 128, RTX 3090 82, B200 148, T4 40; AMD MI300X 304 compute units). Unknown
