@@ -83,7 +83,10 @@ fn number(text: &str) -> Option<f64> {
 fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<RegimeCase>, String> {
     let regime = get("regime");
     let framework = get("framework");
-    if !framework.starts_with("Megatron-L") && !framework.starts_with("Meta") {
+    if !framework.starts_with("Megatron-L")
+        && !framework.starts_with("Meta")
+        && !framework.starts_with("torchtitan")
+    {
         return Ok(None);
     }
     let Some(tp) = number(&get("tp")) else {
@@ -107,6 +110,8 @@ fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<Regim
     let microbatch = whole("micro_batch").unwrap_or(1);
     let measured = if let Some(step) = number(&get("measured_step_time_s")) {
         RegimeMeasure::StepTime(step)
+    } else if let Some(tokens) = number(&get("measured_tokens_per_s_per_gpu")) {
+        RegimeMeasure::StepTime((batch * seq) as f64 / (tokens * gpus as f64))
     } else if let Some(tflops) = number(&get("measured_tflops_per_gpu")) {
         // Meta's and Megatron-Core's TFLOP/s count the model's FLOPs, not recompute.
         if regime == "llama3_405b" || regime == "megatron_h100" {
@@ -117,7 +122,10 @@ fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<Regim
     } else {
         return Ok(None);
     };
-    let (gpu, cluster) = if regime == "llama3_405b" || regime == "megatron_h100" {
+    let (gpu, cluster) = if regime == "llama3_405b"
+        || regime == "megatron_h100"
+        || regime == "torchao_float8"
+    {
         // One 400 Gb/s NIC per H100: Meta's Grand Teton nodes (RoCE, Llama 3 paper §3.3.1) and
         // DGX H100 (eight NDR InfiniBand ports per node), on which NVIDIA benchmarks.
         (
@@ -187,6 +195,20 @@ fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<Regim
                 "recompute = none; sequence_parallel = {}; zero = 1",
                 tp > 1.0
             ),
+        ),
+        // torchao's float8 benchmark: torchtitan's Llama 3 8B (its llama3_8b.toml) under FSDP2
+        // over the node's 8 GPUs, compiled, per-op selective recompute; FP8 as the row names it.
+        "torchao_float8" => (
+            format!(
+                "layers = {layers}; hidden = {hidden}; heads = {heads}; kv_heads = 8\n  ffn_hidden = 14336; vocab = {vocab}; mlp = swiglu; norm = rmsnorm; tie_embeddings = false"
+            ),
+            match get("precision").split_once(' ') {
+                Some((precision, scaling)) => {
+                    format!("precision = {precision}; fp8_scaling = {scaling}\n  framework = fsdp; compile = true")
+                }
+                None => format!("precision = {}\n  framework = fsdp; compile = true", get("precision")),
+            },
+            "recompute = selective; zero = 3".to_string(),
         ),
         "zero3_scale" => (
             gpt_2021(layers, hidden, heads, vocab, seq),
