@@ -1,12 +1,11 @@
 //! Offline calibration and its honest check.
 //!
-//! 1. Throughput: a coordinate search of 6 parameters (Ampere's and Hopper's GEMM efficiencies,
-//!    Hopper's FP8 level following its bf16 one at the GEMM primitive's measured FP8 speedup,
-//!    `primitives::fp8_speedup`; Ampere's memory efficiency of the fused stacks (Hopper's, and every generation's under
-//!    eager PyTorch, is measured: `EAGER_ELEMENTWISE`),
-//!    DeepSpeed's kernels relative to Megatron-LM's,
-//!    row-scaled FP8 GEMMs relative to tensor-scaled ones, GEMMs on misaligned attention heads
-//!    relative to aligned ones), each inside a
+//! 1. Throughput: a coordinate search of 5 parameters (Ampere's and Hopper's GEMM efficiencies,
+//!    Hopper's FP8 levels following its bf16 one at the GEMM primitive's measured FP8 rates,
+//!    `primitives::fp8_speedup` and `FP8_ROWWISE_RATE`; Ampere's memory efficiency of the
+//!    fused stacks (Hopper's, and every generation's under eager PyTorch, is measured:
+//!    `EAGER_ELEMENTWISE`), DeepSpeed's kernels relative to Megatron-LM's, GEMMs on misaligned
+//!    attention heads relative to aligned ones), each inside a
 //!    physically plausible range, on every source with complete configurations. Each source
 //!    weighs the same (its mean absolute error), so the 149 MPT rows do not drown the 8 rows of
 //!    Korthikanti et al., whose Table 5 also carries its own target term. The full fit starts
@@ -63,7 +62,7 @@ const fn parameter(name: &'static str, low: f64, high: f64, data: &'static str) 
 /// The throughput parameters and their plausible ranges: kernel efficiencies between what
 /// unfused eager kernels and tuned vendor kernels reach, software factors between much slower
 /// and a little faster.
-const THROUGHPUT: [Parameter; 6] = [
+const THROUGHPUT: [Parameter; 5] = [
     parameter(
         "ampere.matmul",
         0.55,
@@ -88,13 +87,6 @@ const THROUGHPUT: [Parameter; 6] = [
         0.6,
         1.1,
         "DeepSpeed runs: BLOOM, MT-NLG",
-    ),
-    // Row-scaled FP8 GEMMs relative to tensor-scaled ones: from a third as fast to as fast.
-    parameter(
-        "fp8_rowwise_matmul",
-        0.33,
-        1.0,
-        "torchtitan row-wise float8 rows",
     ),
     // GEMMs on misaligned operands: from CUDA cores at a fifth of their peak to full speed.
     parameter("misaligned_matmul", 0.05, 1.0, "BLOOM head-count sweeps"),
@@ -146,7 +138,6 @@ impl State {
             "hopper.matmul" => &mut self.hopper.matmul,
             "ampere.memory" => &mut self.ampere.memory,
             "deepspeed_kernels" => &mut self.cal.deepspeed_kernels,
-            "fp8_rowwise_matmul" => &mut self.cal.fp8_rowwise_matmul,
             "misaligned_matmul" => &mut self.cal.misaligned_matmul,
             "outside_allocator_bytes" => &mut self.cal.outside_allocator_bytes,
             "fragmentation" => &mut self.cal.fragmentation,
@@ -174,12 +165,11 @@ impl State {
 /// Round starting values, the same for the full fit and every held-out fit, so that no fit
 /// starts from a point another fit chose (the committed defaults are the full fit's output
 /// and would leak the held-out source into its own cross-validation fit).
-const PRIORS: [(&str, f64); 9] = [
+const PRIORS: [(&str, f64); 8] = [
     ("ampere.matmul", 0.75),
     ("hopper.matmul", 0.70),
     ("ampere.memory", 0.70),
     ("deepspeed_kernels", 1.0),
-    ("fp8_rowwise_matmul", 0.8),
     // A100's fp16 peak without tensor cores over its tensor-core peak, 78 / 312 TFLOP/s
     // (NVIDIA A100 datasheet).
     ("misaligned_matmul", 0.25),

@@ -1077,6 +1077,35 @@ fn fp8_scalings_pay_their_cast_passes_and_kernels() {
 }
 
 #[test]
+fn torchao_casts_rowwise_inputs_after_the_sequence_parallel_gather() {
+    // Tensor parallelism 2 with sequence parallelism. torchao's tensor-wise plans cast the
+    // norms' outputs (2h per token) on each rank's half of the sequence and gather them in
+    // fp8; its row-wise recipe gathers bf16 and casts the whole sequence on every rank. The
+    // other inputs (the output projection's h and the down projection's 4h) are split over
+    // the ranks either way: 2.5h.
+    let (tokens, h) = (2048.0, 4096.0);
+    let cal = Calibration {
+        fp8_rowwise_matmul: 1.0,
+        layer_overhead_s: 0.0,
+        ..bare()
+    };
+    let mut s = strategy(8, 2, 1, 1);
+    s.sequence_parallel = true;
+    let compute = |scaling: Fp8Scaling| {
+        fp8_outputs(Framework::Fsdp, scaling, cal, &s, 8)[Output::Compute.index()]
+    };
+    // Forward and backward each cast every input: row-wise 8 bytes an element, tensor-wise 5.
+    let rowwise = 2.0 * 8.0 * (2.0 + 2.5) * h;
+    let tensorwise = 2.0 * 5.0 * (1.0 + 2.5) * h;
+    let bandwidth = 2.039e12 * EAGER_ELEMENTWISE;
+    assert!(close(
+        compute(Fp8Scaling::Rowwise) - compute(Fp8Scaling::Tensorwise),
+        8.0 * tokens * (rowwise - tensorwise) / bandwidth,
+        1e-9
+    ));
+}
+
+#[test]
 fn torchao_tensorwise_gathers_fp8_and_keeps_bf16_inputs() {
     let cal = bare();
     let mut s = strategy(8, 2, 1, 1);

@@ -224,11 +224,9 @@ fn no_regime_is_biased_beyond_its_reported_bound() {
 fn float8_recipes_cost_their_gemms_casts_and_gathers() {
     // torchao's float8 benchmark (pytorch/ao torchao/float8/README.md, 2025-03): torchtitan's
     // Llama 3 8B on one node of 8 H100s under FSDP2, compiled, 6,150 tokens/s per GPU in
-    // bf16, 7,689.5 with tensor-wise float8 (and float8 all-gathers), 6,768 row-wise. The
-    // tensor-wise recipe's gain is the FP8 GEMMs at the measured speedup less its casts. Its
-    // row-wise row is not a trend the model has: predicted 8 % slower than bf16 where it ran
-    // 10 % faster, at the `fp8_rowwise_matmul` fitted on torchtitan's tensor-parallel rows
-    // (0.57); here its error is bounded, not its sign.
+    // bf16, 7,689.5 with tensor-wise float8 (and float8 all-gathers), 6,768 row-wise: 25 % and
+    // 10 % faster. Each recipe's gain is its FP8 GEMMs at the measured rates less its casts,
+    // which the row-wise recipe makes on more bytes (column scales, a transposed copy).
     let all = outcomes();
     let rows = regime(&all, "torchao_float8", "Llama3-8b");
     assert_eq!(rows.len(), 3);
@@ -239,14 +237,19 @@ fn float8_recipes_cost_their_gemms_casts_and_gathers() {
             .estimate
             .step_time_s
     };
-    let gain = step("bf16") / step("tensorwise");
+    let tensorwise = step("bf16") / step("tensorwise");
+    let rowwise = step("bf16") / step("rowwise");
     assert!(
-        (1.12..1.30).contains(&gain),
-        "tensor-wise over bf16: {gain:.3}"
+        (1.12..1.30).contains(&tensorwise),
+        "tensor-wise over bf16: {tensorwise:.3}"
+    );
+    assert!(
+        (1.03..1.15).contains(&rowwise) && rowwise < tensorwise,
+        "row-wise over bf16: {rowwise:.3}"
     );
     for o in &rows {
         assert!(
-            o.step_error.abs() < 0.11,
+            o.step_error.abs() < 0.12,
             "{}: {:+.3}",
             o.case.model,
             o.step_error

@@ -6,7 +6,7 @@
 //! --release -p tessel-symbolic --example calibrate`) by a coordinate search inside physically
 //! plausible ranges, on every published source with complete configurations, each source
 //! weighing the same, with Korthikanti et al.'s Table 5 target as an extra term, starting from
-//! round priors and from the committed values and keeping the better fit. Fitted (6 for
+//! round priors and from the committed values and keeping the better fit. Fitted (5 for
 //! throughput): Ampere (shared by Volta, whose GEMMs are costed with Ampere's primitive) and
 //! Hopper `matmul` (the level of a large GEMM's rate in a step; shapes are the GEMM
 //! primitive's, the attention outside Megatron-LM runs at the same fraction of its own
@@ -14,8 +14,7 @@
 //! measured FP8 speedup over it, [`KernelEfficiency::fp8_matmul`]), Ampere's
 //! `memory` of the fused stacks (shared by Volta; Hopper's, and every generation's under eager
 //! PyTorch, is measured, [`EAGER_ELEMENTWISE`]),
-//! `deepspeed_kernels`, `fp8_rowwise_matmul` (torchtitan's row-wise float8 runs are its only
-//! data) and `misaligned_matmul` (BLOOM's sweeps over head counts are its only data); then the
+//! `deepspeed_kernels` and `misaligned_matmul` (BLOOM's sweeps over head counts are its only data); then the
 //! memory overheads (CUDA context, NCCL buffers,
 //! fragmentation, logits bytes, the allocator's cache in reserved readings) against the
 //! measured memory, penalising completed runs predicted not to fit. What overlaps is
@@ -32,6 +31,7 @@ use tessel_grammar::{Framework, GpuSpec, PeakCompute, TrainSpec};
 
 use crate::primitives::{
     fp8_speedup, AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
+    FP8_ROWWISE_RATE,
 };
 
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
@@ -281,9 +281,8 @@ pub struct Calibration {
     /// Throughput of DeepSpeed's kernels relative to Megatron-LM's (see
     /// [`KernelEfficiency::for_training`]).
     pub deepspeed_kernels: f64,
-    /// Throughput of row-scaled FP8 GEMMs relative to tensor-scaled ones (`fp8_matmul`):
-    /// the scale vectors are applied in the kernel's epilogue, and the kernels are newer and
-    /// less tuned than cuBLAS's tensor-scaled path.
+    /// Throughput of row-scaled FP8 GEMMs relative to tensor-scaled ones (`fp8_matmul`), the
+    /// scale vectors applied in the kernel's epilogue: measured, [`FP8_ROWWISE_RATE`].
     pub fp8_rowwise_matmul: f64,
     /// Throughput of a GEMM whose operands are not aligned to 16 bytes (attention heads whose
     /// width times the element size is not a multiple of 16) relative to an aligned one.
@@ -371,7 +370,7 @@ impl Default for Calibration {
             ep_overlap: 0.0,
             layer_overhead_s: 0.0,
             deepspeed_kernels: 0.7438,
-            fp8_rowwise_matmul: 0.5714,
+            fp8_rowwise_matmul: FP8_ROWWISE_RATE,
             misaligned_matmul: 0.1453,
             adam_bytes_per_param: 34.0,
             sgd_bytes_per_param: 22.0,

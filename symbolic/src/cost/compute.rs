@@ -278,7 +278,16 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     let (casts_fwd, casts_bwd) = if ctx.is_fp8() {
         let per_element = k(fp8_cast_bytes(ctx.fp8_scaling)) * tokens.clone();
         let projection_input = k(ctx.q_dim) / t.clone();
-        let every_input = k(2.0 * h) / rep.clone() + (mlp_width.clone() + ctx.q_dim) / t.clone();
+        // torchao casts a GEMM's input where the GEMM reads it: after the sequence-parallel
+        // gather, on every tensor-parallel rank, unless its tensor-wise plans cast the norms'
+        // outputs on each rank's shard and gather them in fp8 (torchtitan applies those plans
+        // only when the recipe is not row-wise: `models/llama3/infra/parallelize.py`).
+        let norm_outputs = if ctx.fp8_through_torchao() && !ctx.gathers_fp8() {
+            k(2.0 * h)
+        } else {
+            k(2.0 * h) / rep.clone()
+        };
+        let every_input = norm_outputs + (mlp_width.clone() + ctx.q_dim) / t.clone();
         let forward = match ctx.framework {
             Framework::Megatron | Framework::MegatronFsdp => projection_input,
             Framework::Deepspeed | Framework::Fsdp | Framework::Tessel => every_input.clone(),

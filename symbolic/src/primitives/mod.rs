@@ -24,7 +24,10 @@ pub use attention::{
 pub use collective::{
     collective_time, nccl_compute_share, Collective, CollectiveParams, Group, Links,
 };
-pub use gemm::{compute_units, fp8_speedup, gemm_time, sm_count, GemmDevice, GemmParams, TILES};
+pub use gemm::{
+    compute_units, fp8_speedup, gemm_time, sm_count, GemmDevice, GemmParams, FP8_ROWWISE_RATE,
+    TILES,
+};
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
 pub use memory_pass::{
