@@ -200,13 +200,18 @@ fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<Regim
         // over the node's 8 GPUs, compiled, per-op selective recompute; FP8 as the row names it.
         "torchao_float8" => (
             format!(
-                "layers = {layers}; hidden = {hidden}; heads = {heads}; kv_heads = 8\n  ffn_hidden = 14336; vocab = {vocab}; mlp = swiglu; norm = rmsnorm; tie_embeddings = false"
+                "layers = {layers}; hidden = {hidden}; heads = {heads}; kv_heads = {}\n  ffn_hidden = {}; vocab = {vocab}; mlp = swiglu; norm = rmsnorm; tie_embeddings = false",
+                whole("kv_heads").unwrap_or(heads),
+                whole("ffn_hidden").unwrap_or(4 * hidden),
             ),
-            match get("precision").split_once(' ') {
-                Some((precision, scaling)) => {
-                    format!("precision = {precision}; fp8_scaling = {scaling}\n  framework = fsdp; compile = true")
-                }
-                None => format!("precision = {}\n  framework = fsdp; compile = true", get("precision")),
+            {
+                let precision = match get("precision").split_once(' ') {
+                    Some((precision, scaling)) => {
+                        format!("precision = {precision}; fp8_scaling = {scaling}")
+                    }
+                    None => format!("precision = {}", get("precision")),
+                };
+                format!("{precision}\n  framework = fsdp; compile = true")
             },
             "recompute = selective; zero = 3".to_string(),
         ),
