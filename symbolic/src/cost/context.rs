@@ -477,7 +477,8 @@ impl Ctx {
     /// backward GEMMs (the input gradient `m × n` by `n × k`, the weight gradient `k × m` by
     /// `m × n`). Shapes cost what the GEMM primitive says they cost on this GPU (tiles, waves,
     /// `k`), at the fraction of peak a large GEMM sustains in training: the generation's
-    /// calibrated `matmul` (`fp8_matmul` for FP8, row-scaled at `fp8_rowwise_matmul` of it).
+    /// calibrated `matmul` (for FP8 `fp8_matmul`, that level at the measured FP8 speedup,
+    /// and row-scaled GEMMs at the measured `fp8_rowwise_matmul` of it).
     pub fn matmul(&self, m: Expr, n: Expr, kk: Expr, batch: Expr) -> Matmul {
         let fraction = if self.is_fp8_with(Fp8Scaling::Rowwise) {
             self.fp8_matmul * self.cal.fp8_rowwise_matmul
