@@ -8,9 +8,10 @@ use tessel_symbolic::primitives::fit::{
     fit_and_score, gemm_source_disagreement, score_unseen, PrimitiveScore,
 };
 use tessel_symbolic::primitives::{
-    default_microbench_dirs, device_of, fp8_speedup, load_microbenchmarks, AttentionKernel,
-    AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST,
-    FP8_ROWWISE_RATE, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S, NORM_BYTES, SWIGLU_BYTES,
+    default_microbench_dirs, device_of, fp8_speedup, gemm_time, load_microbenchmarks,
+    AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
+    EAGER_EXPERT_HOST, FP8_ROWWISE_RATE, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S, NORM_BYTES,
+    SWIGLU_BYTES,
 };
 
 fn close(fitted: f64, committed: f64, what: &str) {
@@ -336,4 +337,39 @@ fn hoppers_fp8_speedup_is_the_measured_median() {
         FP8_ROWWISE_RATE,
         "row-scaled over tensor-scaled FP8 GEMMs",
     );
+}
+
+#[test]
+fn fp8_gemms_are_the_bf16_primitive_at_the_measured_speedup() {
+    // Azure's published cuBLASLt FP8 sweeps of an ND H100 v5 and an ND H200 v5
+    // (`shared/data/microbench/gemm.csv`, Azure/AI-benchmarking-guide), which no fit reads:
+    // the Hopper GEMM primitive, fitted on bf16 measurements, at the FP8 speedup measured on
+    // this project's H100 sweep, with one byte an element.
+    // The committed primitives are the fit of these folders, so they are there when it runs.
+    let shared = &default_microbench_dirs()[0];
+    let text = std::fs::read_to_string(shared.join("gemm.csv")).expect("the shared gemm.csv");
+    let hopper = GemmParams::for_generation(GpuGeneration::Hopper);
+    let params = GemmParams {
+        efficiency: hopper.efficiency * fp8_speedup(GpuGeneration::Hopper),
+        ..hopper
+    };
+    let mut errors = Vec::new();
+    for line in text.lines().filter(|l| l.contains("(Azure ND H")) {
+        // gpu, dtype, m, n, k, tflops, ...: the first six hold no commas in these rows.
+        let fields: Vec<&str> = line.split(',').collect();
+        if fields[1] != "fp8" {
+            continue;
+        }
+        let number = |i: usize| fields[i].parse::<f64>().expect("number");
+        let (gpu, m, n, k, tflops) = (fields[0], number(2), number(3), number(4), number(5));
+        let device = device_of(gpu).expect("a Hopper GPU");
+        let predicted = gemm_time(m, n, k, 1.0, 1.0, &device, &params);
+        let measured = 2.0 * m * n * k / (tflops * 1e12);
+        errors.push((predicted / measured - 1.0).abs());
+    }
+    assert_eq!(errors.len(), 18);
+    // 7.3 %, held out of every fit: the large squares, timed after 10,000 warm-ups, are
+    // predicted 5–9 % fast, the skinny 802816 × 192 × 768 27–33 % fast.
+    let error = median(errors);
+    assert!(error < 0.10, "median error {error:.3}");
 }
