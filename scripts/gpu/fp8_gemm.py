@@ -15,13 +15,11 @@
 Usage: python3 scripts/gpu/fp8_gemm.py OUT_DIR [gemm] [casts] [linear] [sustained]
 Each figure is the median of 20 calls timed one by one with CUDA events after 5 warm-ups."""
 
-import csv
-import os
 import sys
 
 import torch
 
-from primitives import gpu_label, median_ms
+from primitives import gpu_label, median_ms, write_benches
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(E4M3).max
@@ -88,21 +86,25 @@ def bench_gemm(writer):
         del a, b
 
 
-def tensorwise_cast(x):
-    scale = E4M3_MAX / x.abs().amax().float().clamp(min=1e-12)
+def scaled_cast(x, amax):
+    """x in e4m3 with the scale that maps `amax` to e4m3's largest value, and that scale's
+    inverse, which the GEMM multiplies back."""
+    scale = E4M3_MAX / amax.float().clamp(min=1e-12)
     return (x.float() * scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale.reciprocal()
+
+
+def tensorwise_cast(x):
+    return scaled_cast(x, x.abs().amax())
 
 
 def rowwise_cast(x):
-    scale = E4M3_MAX / x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-12)
-    return (x.float() * scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale.reciprocal()
+    return scaled_cast(x, x.abs().amax(dim=1, keepdim=True))
 
 
 def colwise_cast(x):
     # The backward's operands are scaled along the other axis and laid out transposed.
-    scale = E4M3_MAX / x.abs().amax(dim=0, keepdim=True).float().clamp(min=1e-12)
-    y = (x.float() * scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
-    return y.t().contiguous(), scale.reciprocal()
+    y, inverse = scaled_cast(x, x.abs().amax(dim=0, keepdim=True))
+    return y.t().contiguous(), inverse
 
 
 CASTS = {"tensorwise": tensorwise_cast, "rowwise": rowwise_cast, "columnwise transposed": colwise_cast}
@@ -213,20 +215,8 @@ BENCHES = {
 
 
 def main():
-    out = sys.argv[1]
     chosen = sys.argv[2:] or ["gemm", "sustained", "linear", "casts"]
-    os.makedirs(out, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    for choice in chosen:
-        name, header, bench = BENCHES[choice]
-        with open(os.path.join(out, name), "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header.split(","))
-            try:
-                bench(writer)
-            except Exception as e:  # keep the other files when one part fails on this machine
-                print(f"{choice} failed: {type(e).__name__}: {e}", flush=True)
-        print(f"wrote {name}", flush=True)
+    write_benches(sys.argv[1], chosen, BENCHES, keep_going=True)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,13 @@ all). Each figure is the median of 20 timed calls after 5 warm-ups.
 
 Usage: python3 scripts/gpu/moe_dispatch.py OUT_DIR [dispatch] [expert_loop] [elementwise]"""
 
-import csv
-import os
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-from primitives import REPS, WARMUP, gpu_label, median_ms
+from primitives import REPS, WARMUP, gpu_label, median_ms, write_benches
 
 
 def median_wall_ms(fn):
@@ -139,27 +137,18 @@ def bench_elementwise(writer):
 
 
 SECTIONS = {
-    "dispatch": (bench_dispatch, ["gpu", "op", "index_order", "tokens", "top_k", "hidden", "dtype",
-                                  "elements", "time_us", "gb_per_s_two_bytes_read_and_written"]),
-    "expert_loop": (bench_expert_loop, ["gpu", "experts", "tokens_per_expert", "hidden",
-                                        "ffn_per_rank", "wall_us_forward_backward",
-                                        "gpu_events_us", "wall_us_per_expert",
-                                        "forward_wall_us_per_expert", "tflops_wall"]),
-    "elementwise": (bench_elementwise, ["gpu", "op", "tokens", "hidden", "dtype", "forward_us",
-                                        "forward_backward_us"]),
+    "dispatch": ("dispatch.csv", "gpu,op,index_order,tokens,top_k,hidden,dtype,elements,time_us,"
+                 "gb_per_s_two_bytes_read_and_written", bench_dispatch),
+    "expert_loop": ("expert_loop.csv", "gpu,experts,tokens_per_expert,hidden,ffn_per_rank,"
+                    "wall_us_forward_backward,gpu_events_us,wall_us_per_expert,"
+                    "forward_wall_us_per_expert,tflops_wall", bench_expert_loop),
+    "elementwise": ("elementwise.csv", "gpu,op,tokens,hidden,dtype,forward_us,forward_backward_us",
+                    bench_elementwise),
 }
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    for name in sys.argv[2:] or list(SECTIONS):
-        bench, header = SECTIONS[name]
-        with open(os.path.join(out, f"{name}.csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            bench(w)
-        print(f"wrote {name}.csv")
+    write_benches(sys.argv[1], sys.argv[2:] or list(SECTIONS), SECTIONS)
 
 
 if __name__ == "__main__":

@@ -146,18 +146,28 @@ BENCHES = {
 }
 
 
-def main():
-    out = sys.argv[1]
-    chosen = sys.argv[2:] or ["gemm", "attention", "memory"]
+def write_benches(out, chosen, benches, keep_going=False):
+    """Runs each chosen bench into its CSV file under `out`; `benches` maps a choice to (file
+    name, comma-separated header, bench(writer)). With `keep_going`, a bench that fails on this
+    machine is reported and the files of the others are still written."""
     os.makedirs(out, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     for choice in chosen:
-        name, header, bench = BENCHES[choice]
+        name, header, bench = benches[choice]
         with open(os.path.join(out, name), "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(header.split(","))
-            bench(writer)
+            try:
+                bench(writer)
+            except Exception as e:
+                if not keep_going:
+                    raise
+                print(f"{choice} failed: {type(e).__name__}: {e}", flush=True)
         print(f"wrote {name}", flush=True)
+
+
+def main():
+    write_benches(sys.argv[1], sys.argv[2:] or ["gemm", "attention", "memory"], BENCHES)
 
 
 if __name__ == "__main__":
