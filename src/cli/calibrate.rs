@@ -532,7 +532,7 @@ fn measured(
         ranks: ranks as f64,
         per_node: per_node as f64,
         bytes: bytes as f64,
-        links: links_of(spec),
+        links: Links::of(&spec.cluster),
         seconds,
         reported_degraded: false,
     }
@@ -560,13 +560,6 @@ fn collective_of_pytorch(name: &str) -> Option<Collective> {
         "alltoall" | "alltoallbase" | "alltoallsingle" => Collective::AllToAll,
         _ => return None,
     })
-}
-
-fn links_of(spec: &Spec) -> Links {
-    Links {
-        intra_bandwidth: spec.cluster.intra_node.bandwidth,
-        inter_bandwidth: spec.cluster.inter_node.bandwidth,
-    }
 }
 
 /// The collective: the option, else the test's name in the output, else the file's name.

@@ -315,10 +315,7 @@ impl Ctx {
             shared: RefCell::new(BTreeMap::new()),
             gpus_per_node: cluster.gpus_per_node as f64,
             nodes: cluster.nodes as f64,
-            links: Links {
-                intra_bandwidth: cluster.intra_node.bandwidth,
-                inter_bandwidth: cluster.inter_node.bandwidth,
-            },
+            links: Links::of(cluster),
             collectives: cal.collectives,
             overlap: train.overlap(false),
             overlap_zero3: train.overlap(true),

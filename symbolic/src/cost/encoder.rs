@@ -202,10 +202,7 @@ impl Encoders {
             bytes: StateBytes::of(&spec.train, &cal),
             llm_hidden: spec.model.hidden as f64,
             hbm_rate: cluster.gpu.hbm_bandwidth * efficiency.for_training(&spec.train, &cal).memory,
-            links: Links {
-                intra_bandwidth: cluster.intra_node.bandwidth,
-                inter_bandwidth: cluster.inter_node.bandwidth,
-            },
+            links: Links::of(cluster),
             collectives: cal.collectives,
             gpus_per_node: cluster.gpus_per_node as f64,
             nodes: cluster.nodes as f64,

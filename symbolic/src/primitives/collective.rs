@@ -83,6 +83,16 @@ pub struct Links {
     pub inter_bandwidth: f64,
 }
 
+impl Links {
+    /// A cluster's links, as its spec gives them.
+    pub fn of(cluster: &tessel_grammar::ClusterSpec) -> Links {
+        Links {
+            intra_bandwidth: cluster.intra_node.bandwidth,
+            inter_bandwidth: cluster.inter_node.bandwidth,
+        }
+    }
+}
+
 /// NCCL's behaviour on those links, calibrated on nccl-tests measurements
 /// (`fit::fit_collectives`, table in `docs/VALIDATION.md`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

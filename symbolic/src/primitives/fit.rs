@@ -624,14 +624,34 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
     }
     let mut scores = Vec::new();
     for kind in kinds_of(data.collectives.iter()) {
-        let rows: Vec<&CollectiveMeasurement> =
-            data.collectives.iter().filter(|r| r.kind == kind).collect();
+        let rows: Vec<&CollectiveMeasurement> = data
+            .collectives
+            .iter()
+            .filter(|r| r.kind == kind && !r.reported_degraded)
+            .collect();
         scores.push(score(format!("collective: {}", kind.name()), &rows, |r| {
             Some(relative_error(
                 predict_collective(r, &fitted.collectives),
                 r.seconds,
             ))
         }));
+    }
+    let degraded: Vec<&CollectiveMeasurement> = data
+        .collectives
+        .iter()
+        .filter(|r| r.reported_degraded)
+        .collect();
+    if !degraded.is_empty() {
+        scores.push(score(
+            "collective: systems reported degraded".into(),
+            &degraded,
+            |r| {
+                Some(relative_error(
+                    predict_collective(r, &fitted.collectives),
+                    r.seconds,
+                ))
+            },
+        ));
     }
     for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
         let rows = gemms_of(data, generation);

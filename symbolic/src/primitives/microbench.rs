@@ -32,10 +32,11 @@ pub struct CollectiveMeasurement {
 
 /// Sources that are bug reports about a system running below its expected rate (the shared
 /// data's README: "use them as data points for that system, not as expectations").
-const DEGRADED_REPORTS: [&str; 3] = [
+const DEGRADED_REPORTS: [&str; 4] = [
     "NVIDIA/nccl issue #1161",
     "NVIDIA/nccl issue #1244",
     "NVIDIA/nccl-tests issue #232",
+    "NVIDIA/nccl-tests issue #290",
 ];
 
 /// Measurements published in more than one repository: the file that holds them, and the one
@@ -201,11 +202,22 @@ const GB: f64 = 1e9;
 /// Per-GPU links of the systems in the collective data (bytes/s per direction). NVLink rates
 /// per GPU and direction: A100 (NVLink 3) 300 GB/s, H100/H200/H20 (NVLink 4) 450 GB/s, B200
 /// (NVLink 5) 900 GB/s, H100 PCIe bridge pair 300 GB/s (NVIDIA datasheets); a 4-GPU HGX H100
-/// pairs GPUs with 6 links, 150 GB/s. NICs per GPU as each source states its fabric.
+/// pairs GPUs with 6 links, 150 GB/s. NICs per GPU as each source states its fabric, else as
+/// its cloud's instance page does.
 fn links_of(system: &str) -> Option<Links> {
     let has = |needle: &str| system.contains(needle);
     let (intra, inter) = if has("p6-b200") {
         (900.0, 50.0) // 8 x EFA v4, 400 Gb/s each
+    } else if has("p5.48xlarge") || has("A3 Ultra") || has("node005,node007") {
+        // 400 Gb/s per GPU: AWS P5's 32 x 100 Gb/s EFA (instance page), GCP A3 Ultra's
+        // 8 x 400 Gb/s RDMA NICs (machine-type page), 8 ConnectX-7 NDR as the issue states.
+        (450.0, 50.0)
+    } else if has("p4d.24xlarge") || has("p4de.24xlarge") {
+        (300.0, 400.0 / 8.0 / 8.0) // 4 x 100 Gb/s EFA for 8 A100s (AWS P4d page)
+    } else if has("ND96amsr_A100_v4") {
+        (300.0, 25.0) // 8 x 200 Gb/s HDR InfiniBand (Azure NDm A100 v4 page)
+    } else if has("gpu-dp-2jvzl") || has("cnode3-002") || has("node47") {
+        (450.0, 0.0) // one 8-GPU H100 node (HGX)
     } else if has("H20") {
         (450.0, 50.0) // 16 CX7 NDR NICs for 16 GPUs
     } else if has("H100 PCIe with NVLink bridge") {

@@ -230,10 +230,7 @@ impl ServingCostModel {
             gemm: GemmParams::for_generation(generation),
             attention: AttentionParams::for_kernel(generation, AttentionKernel::Flash2),
             collectives: CollectiveParams::default(),
-            links: Links {
-                intra_bandwidth: cluster.intra_node.bandwidth,
-                inter_bandwidth: cluster.inter_node.bandwidth,
-            },
+            links: Links::of(cluster),
             memory_bandwidth: gpu.hbm_bandwidth,
             gpu_memory: gpu.memory,
             gpus_per_node: cluster.gpus_per_node,

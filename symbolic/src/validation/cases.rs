@@ -502,9 +502,12 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
     } else {
         None
     };
-    // llm-foundry's benchmark script of the A100 tables' era launches `attn_impl: triton`
+    // llm-foundry's benchmark script launches `attn_impl: triton` unless told otherwise
     // (scripts/train/benchmarking/submit_benchmarks.py, `--attn_impl` default), the Triton
-    // port of FlashAttention's first algorithm; the H100 tables do not say which.
+    // port of FlashAttention's first algorithm. The H100 tables' sweep (sweep.sh at b2a43a14)
+    // does not tell it otherwise either, but costed as FlashAttention v1 on Hopper those rows
+    // run 20-28 % slow at 32-64k tokens: the Triton kernel on Hopper is not measured, and the
+    // H100 rows keep the framework's default kernel (docs/VALIDATION.md).
     let attention_kernel = (source == Source::MptAmpere && flash).then(|| {
         assumptions.push("attention kernel: llm-foundry's Triton FlashAttention (flash1)".into());
         AttentionKernel::Flash1
