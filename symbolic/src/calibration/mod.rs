@@ -223,13 +223,14 @@ mod tests {
         // A cluster whose NCCL is slower to start and less efficient across nodes than the
         // committed fit: an all-reduce sweep over 16 ranks, 8 per node, and an 8-rank one.
         let truth = CollectiveParams {
-            call_latency_s: 30e-6,
+            call_latency_s: 50e-6,
             inter_efficiency: 0.6,
             ..CollectiveParams::default()
         };
         let links = Links {
             intra_bandwidth: 450e9,
             inter_bandwidth: 50e9,
+            multicast: false,
         };
         let mut rows = Vec::new();
         for (ranks, per_node) in [(16.0, 8.0), (8.0, 8.0)] {

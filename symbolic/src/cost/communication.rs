@@ -17,7 +17,8 @@ use crate::Expr;
 
 /// Seconds of the tensor-parallel collectives of `forward` and `backward` layer passes. Each
 /// pass is two all-reduces of the `b·s/c·h` activations, or with sequence parallelism a
-/// reduce-scatter and an all-gather for each, the same bytes on the wire. With sequence
+/// reduce-scatter and an all-gather for each: the same bytes on a ring, but only the
+/// all-reduce gains from NVLink SHARP, and the pair pays two calls. With sequence
 /// parallelism and [`Ctx::gathers_fp8`], a forward pass's all-gathers of the GEMM inputs,
 /// half of its traffic, move fp8.
 pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr {
@@ -27,7 +28,10 @@ pub(crate) fn tp_layer_passes(ctx: &Ctx, forward: Expr, backward: Expr) -> Expr 
     let several = above(ctx.t.clone(), 1.0);
     // The attention's gather and scatter, and the MLP's, which folded experts do not make.
     let regions = k(2.0) - ctx.folded() * ctx.moe_fraction();
-    let pass = regions * several * ctx.all_reduce(bytes, &ring);
+    let sp = ctx.sp.clone();
+    let pair = sp.clone() * k(2.0) * ctx.gather(bytes.clone(), &ring)
+        + (k(1.0) - sp) * ctx.all_reduce(bytes, &ring);
+    let pass = regions * several * pair;
     if ctx.gathers_fp8() {
         let pass = ctx.bind(pass);
         let fp8_share = 0.5 * (1.0 - 1.0 / ctx.bytes.activation);

@@ -12,6 +12,11 @@
 //! - All-to-all: every rank exchanges `1/n` of its buffer with each peer, `n − 1` rounds of
 //!   paired sends; the bytes to peers in other nodes leave through the rank's own NIC.
 //! - Point-to-point: one message.
+//! - NVLink SHARP (NCCL's NVLS), on the 8-GPU NVSwitch nodes of Hopper and Blackwell: an
+//!   all-reduce inside the node is reduced in the switch and multicast back, so each GPU's link
+//!   carries the buffer once each way instead of a ring's `2(n − 1)/n` (Together's H100 sweeps:
+//!   479 GB/s of bus bandwidth against the ring's 368). Gathers and scatters move the same bytes
+//!   either way.
 //!
 //! Links: inside a node each rank drives its NVLink/NVSwitch port; a ring that crosses nodes
 //! runs one channel per member of the group in a node, each through its own NIC, so it moves
@@ -26,6 +31,7 @@
 //! the cheaper of the two ("NCCL_PROTO" in NCCL's environment-variable documentation).
 
 use super::scalar::{c, ceil_log2, exceeds, Scalar};
+use crate::cost::GpuGeneration;
 
 /// The share of the wire that carries data under NCCL's LL protocol: 4 bytes of data and a
 /// 4-byte flag per 8-byte store.
@@ -81,17 +87,35 @@ impl Collective {
 pub struct Links {
     pub intra_bandwidth: f64,
     pub inter_bandwidth: f64,
+    /// The node's NVSwitch reduces in the switch (NVLink SHARP, NCCL's NVLS algorithm): an
+    /// all-reduce inside the node then moves each byte over a GPU's link once each way instead
+    /// of a ring's 2(n − 1)/n.
+    pub multicast: bool,
 }
 
 impl Links {
-    /// A cluster's links, as its spec gives them.
+    /// A cluster's links: its spec's rates, and NVLink SHARP where its nodes are 8-GPU
+    /// NVSwitch nodes of a generation whose NVSwitch has it (Hopper's third-generation
+    /// NVSwitch and Blackwell's; NVIDIA's NVLink Switch datasheet).
     pub fn of(cluster: &tessel_grammar::ClusterSpec) -> Links {
+        let name = cluster.gpu.name.to_ascii_lowercase();
+        let switch_reduces = GpuGeneration::from_name(&name) == GpuGeneration::Hopper
+            || ["b200", "b300"]
+                .iter()
+                .any(|blackwell| name.contains(blackwell));
         Links {
             intra_bandwidth: cluster.intra_node.bandwidth,
             inter_bandwidth: cluster.inter_node.bandwidth,
+            multicast: switch_reduces
+                && cluster.gpus_per_node >= 8
+                && cluster.intra_node.bandwidth >= NVSWITCH_MIN_BANDWIDTH,
         }
     }
 }
+
+/// The slowest NVSwitch link of the generations with NVLink SHARP, per GPU and direction:
+/// H800's 200 GB/s. GPUs that talk slower share a PCIe switch, not an NVSwitch.
+const NVSWITCH_MIN_BANDWIDTH: f64 = 200e9;
 
 /// NCCL's behaviour on those links, calibrated on nccl-tests measurements
 /// (`fit::fit_collectives`, table in `docs/VALIDATION.md`).
@@ -113,19 +137,28 @@ pub struct CollectiveParams {
     pub intra_efficiency: f64,
     /// Bus bandwidth over the NIC rate at large messages.
     pub inter_efficiency: f64,
+    /// An NVLink SHARP all-reduce's buffer rate over the intra-node link rate at large
+    /// messages. Calibration files written before it existed read the committed fit.
+    #[serde(default = "committed_nvls_efficiency")]
+    pub nvls_efficiency: f64,
+}
+
+fn committed_nvls_efficiency() -> f64 {
+    CollectiveParams::default().nvls_efficiency
 }
 
 impl Default for CollectiveParams {
     /// Fitted by `cargo run --release -p tessel-symbolic --example fit_primitives`.
     fn default() -> Self {
         CollectiveParams {
-            call_latency_s: 16.57e-6,
-            intra_step_s: 10.0e-6,
-            inter_step_s: 8.733e-6,
-            ll_intra_step_s: 2.218e-6,
+            call_latency_s: 30.16e-6,
+            intra_step_s: 3.802e-6,
+            inter_step_s: 8.563e-6,
+            ll_intra_step_s: 0.6361e-6,
             ll_inter_step_s: 30.0e-6,
-            intra_efficiency: 0.7749,
-            inter_efficiency: 0.8137,
+            intra_efficiency: 0.7812,
+            inter_efficiency: 0.8059,
+            nvls_efficiency: 0.5412,
         }
     }
 }
@@ -230,6 +263,7 @@ pub fn collective_time<S: Scalar>(
     params: &CollectiveParams,
 ) -> S {
     let n = group.ranks.clone();
+    let buffer = bytes.clone();
     let crosses = group.crosses();
     let single = c::<S>(1.0) - crosses.clone();
     let intra_rate = intra_rate(links, params);
@@ -288,8 +322,20 @@ pub fn collective_time<S: Scalar>(
     let simple = price(params.intra_step_s, params.inter_step_s) + wire.clone();
     let low_latency = price(params.ll_intra_step_s, params.ll_inter_step_s)
         + c::<S>(1.0 / LL_DATA_FRACTION) * wire;
-    c::<S>(params.call_latency_s) + simple.min_of(low_latency)
+    let mut best = simple.min_of(low_latency);
+    if kind == Collective::AllReduce && links.multicast {
+        // NVLink SHARP inside a node, under the Simple protocol: the switch reduces what the
+        // GPUs load (one step) and multicasts what they store (another). Across nodes NCCL
+        // pairs it with a tree (NVLS-tree), not modelled: such groups keep the ring and tree.
+        let nvls = c::<S>(2.0 * params.intra_step_s)
+            + buffer / c(links.intra_bandwidth * params.nvls_efficiency);
+        best = best.min_of(nvls + crosses * c(UNAVAILABLE_S));
+    }
+    c::<S>(params.call_latency_s) + best
 }
+
+/// Keeps an algorithm a group cannot run out of the minimum.
+const UNAVAILABLE_S: f64 = 1e9;
 
 #[cfg(test)]
 mod tests {
@@ -299,6 +345,7 @@ mod tests {
     const LINKS: Links = Links {
         intra_bandwidth: 300e9,
         inter_bandwidth: 25e9,
+        multicast: false,
     };
 
     fn params() -> CollectiveParams {
@@ -310,6 +357,7 @@ mod tests {
             ll_inter_step_s: 5e-6,
             intra_efficiency: 1.0,
             inter_efficiency: 1.0,
+            nvls_efficiency: 0.6,
         }
     }
 
@@ -319,6 +367,30 @@ mod tests {
         let t = collective_time(Collective::AllGather, 8e9, &group, &LINKS, &params());
         let expected = 10e-6 + 7.0 * 1e-6 + 7.0 / 8.0 * 8e9 / 300e9;
         assert!((t - expected).abs() < 1e-12, "{t} vs {expected}");
+    }
+
+    #[test]
+    fn nvlink_sharp_all_reduces_move_the_buffer_once_inside_a_node_only() {
+        let sharp = Links {
+            multicast: true,
+            ..LINKS
+        };
+        let node = Group::placed(8.0, 1.0, 8.0, 1024.0);
+        let big = 8e9;
+        let ring = collective_time(Collective::AllReduce, big, &node, &LINKS, &params());
+        let nvls = collective_time(Collective::AllReduce, big, &node, &sharp, &params());
+        assert!(
+            (nvls - (10e-6 + 2e-6 + big / (300e9 * 0.6))).abs() < 1e-12,
+            "{nvls}"
+        );
+        assert!(nvls < ring, "{nvls} vs {ring}");
+        // Gathers and scatters move the same bytes either way: only all-reduce gains.
+        let gather = |links| collective_time(Collective::AllGather, big, &node, links, &params());
+        assert_eq!(gather(&sharp), gather(&LINKS));
+        // Across nodes the all-reduce keeps its ring and tree.
+        let across = Group::placed(16.0, 1.0, 8.0, 1024.0);
+        let reduce = |links| collective_time(Collective::AllReduce, big, &across, links, &params());
+        assert_eq!(reduce(&sharp), reduce(&LINKS));
     }
 
     #[test]

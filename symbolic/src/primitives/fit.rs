@@ -92,7 +92,7 @@ pub fn relative_error(predicted: f64, measured: f64) -> f64 {
 
 // --- collectives ----------------------------------------------------------------------------
 
-pub const COLLECTIVE_RANGES: [Range; 7] = [
+pub const COLLECTIVE_RANGES: [Range; 8] = [
     range("call_latency_s", 1e-6, 60e-6),
     range("intra_step_s", 0.2e-6, 10e-6),
     range("inter_step_s", 1e-6, 30e-6),
@@ -100,6 +100,7 @@ pub const COLLECTIVE_RANGES: [Range; 7] = [
     range("ll_inter_step_s", 0.5e-6, 30e-6),
     range("intra_efficiency", 0.4, 0.95),
     range("inter_efficiency", 0.4, 0.98),
+    range("nvls_efficiency", 0.3, 0.95),
 ];
 
 fn collective_params(x: &[f64]) -> CollectiveParams {
@@ -111,6 +112,7 @@ fn collective_params(x: &[f64]) -> CollectiveParams {
         ll_inter_step_s: x[4],
         intra_efficiency: x[5],
         inter_efficiency: x[6],
+        nvls_efficiency: x[7],
     }
 }
 
@@ -124,6 +126,7 @@ pub fn collective_values(p: &CollectiveParams) -> Vec<f64> {
         p.ll_inter_step_s,
         p.intra_efficiency,
         p.inter_efficiency,
+        p.nvls_efficiency,
     ]
 }
 
@@ -433,6 +436,13 @@ pub fn gemm_source_disagreement(data: &Microbenchmarks) -> Vec<f64> {
     differences
 }
 
+/// The collective measurements of systems reported degraded, and the others.
+fn split_degraded(
+    data: &Microbenchmarks,
+) -> (Vec<&CollectiveMeasurement>, Vec<&CollectiveMeasurement>) {
+    data.collectives.iter().partition(|r| r.reported_degraded)
+}
+
 /// The collectives `rows` measure, each once, in name order.
 fn kinds_of<'a>(rows: impl Iterator<Item = &'a CollectiveMeasurement>) -> Vec<Collective> {
     let mut kinds: Vec<Collective> = rows.map(|r| r.kind).collect();
@@ -447,11 +457,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
 
     // Collectives: one parameter set for every kind, fitted on systems running as expected,
     // scored per kind; systems reported degraded are scored apart under the full fit.
-    let rows: Vec<&CollectiveMeasurement> = data
-        .collectives
-        .iter()
-        .filter(|r| !r.reported_degraded)
-        .collect();
+    let (degraded, rows) = split_degraded(data);
     let start = CollectiveParams::default();
     let full = fit_collectives(&rows, &start);
     let error = |r: &CollectiveMeasurement, p: &CollectiveParams| {
@@ -478,11 +484,6 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
             held_out_shape: of_kind_only(&held_out_shape),
         });
     }
-    let degraded: Vec<&CollectiveMeasurement> = data
-        .collectives
-        .iter()
-        .filter(|r| r.reported_degraded)
-        .collect();
     if !degraded.is_empty() {
         scores.push(PrimitiveScore {
             kind: "collective: systems reported degraded (never fitted)".to_string(),
@@ -623,35 +624,22 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
         }
     }
     let mut scores = Vec::new();
-    for kind in kinds_of(data.collectives.iter()) {
-        let rows: Vec<&CollectiveMeasurement> = data
-            .collectives
-            .iter()
-            .filter(|r| r.kind == kind && !r.reported_degraded)
-            .collect();
-        scores.push(score(format!("collective: {}", kind.name()), &rows, |r| {
-            Some(relative_error(
-                predict_collective(r, &fitted.collectives),
-                r.seconds,
-            ))
-        }));
+    let collective_error = |r: &CollectiveMeasurement| {
+        Some(relative_error(
+            predict_collective(r, &fitted.collectives),
+            r.seconds,
+        ))
+    };
+    let (degraded, healthy) = split_degraded(data);
+    for kind in kinds_of(healthy.iter().copied()) {
+        let rows: Vec<&CollectiveMeasurement> =
+            healthy.iter().copied().filter(|r| r.kind == kind).collect();
+        let name = format!("collective: {}", kind.name());
+        scores.push(score(name, &rows, collective_error));
     }
-    let degraded: Vec<&CollectiveMeasurement> = data
-        .collectives
-        .iter()
-        .filter(|r| r.reported_degraded)
-        .collect();
     if !degraded.is_empty() {
-        scores.push(score(
-            "collective: systems reported degraded".into(),
-            &degraded,
-            |r| {
-                Some(relative_error(
-                    predict_collective(r, &fitted.collectives),
-                    r.seconds,
-                ))
-            },
-        ));
+        let name = "collective: systems reported degraded".to_string();
+        scores.push(score(name, &degraded, collective_error));
     }
     for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
         let rows = gemms_of(data, generation);

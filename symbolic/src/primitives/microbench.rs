@@ -199,49 +199,55 @@ fn rows(text: &str) -> Vec<Row> {
 
 const GB: f64 = 1e9;
 
-/// Per-GPU links of the systems in the collective data (bytes/s per direction). NVLink rates
-/// per GPU and direction: A100 (NVLink 3) 300 GB/s, H100/H200/H20 (NVLink 4) 450 GB/s, B200
-/// (NVLink 5) 900 GB/s, H100 PCIe bridge pair 300 GB/s (NVIDIA datasheets); a 4-GPU HGX H100
-/// pairs GPUs with 6 links, 150 GB/s. NICs per GPU as each source states its fabric, else as
-/// its cloud's instance page does.
+/// Per-GPU links of the systems in the collective data (bytes/s per direction), and whether
+/// their NVSwitch reduces in the switch (NVLink SHARP: the 8-GPU NVSwitch nodes of Hopper and
+/// Blackwell). NVLink rates per GPU and direction: A100 (NVLink 3) 300 GB/s, H100/H200/H20
+/// (NVLink 4) 450 GB/s, B200 (NVLink 5) 900 GB/s, H100 PCIe bridge pair 300 GB/s (NVIDIA
+/// datasheets); a 4-GPU HGX H100 pairs GPUs with 6 links, 150 GB/s, and has no NVSwitch. NICs
+/// per GPU as each source states its fabric, else as its cloud's instance page does.
 fn links_of(system: &str) -> Option<Links> {
     let has = |needle: &str| system.contains(needle);
-    let (intra, inter) = if has("p6-b200") {
-        (900.0, 50.0) // 8 x EFA v4, 400 Gb/s each
+    let (intra, inter, multicast) = if has("p6-b200") {
+        (900.0, 50.0, true) // 8 x EFA v4, 400 Gb/s each
     } else if has("p5.48xlarge") || has("A3 Ultra") || has("node005,node007") {
         // 400 Gb/s per GPU: AWS P5's 32 x 100 Gb/s EFA (instance page), GCP A3 Ultra's
         // 8 x 400 Gb/s RDMA NICs (machine-type page), 8 ConnectX-7 NDR as the issue states.
-        (450.0, 50.0)
+        (450.0, 50.0, true)
     } else if has("p4d.24xlarge") || has("p4de.24xlarge") {
-        (300.0, 400.0 / 8.0 / 8.0) // 4 x 100 Gb/s EFA for 8 A100s (AWS P4d page)
+        (300.0, 400.0 / 8.0 / 8.0, false) // 4 x 100 Gb/s EFA for 8 A100s (AWS P4d page)
     } else if has("ND96amsr_A100_v4") {
-        (300.0, 25.0) // 8 x 200 Gb/s HDR InfiniBand (Azure NDm A100 v4 page)
+        (300.0, 25.0, false) // 8 x 200 Gb/s HDR InfiniBand (Azure NDm A100 v4 page)
     } else if has("gpu-dp-2jvzl") || has("cnode3-002") || has("node47") {
-        (450.0, 0.0) // one 8-GPU H100 node (HGX)
+        (450.0, 0.0, true) // one 8-GPU H100 node (HGX)
     } else if has("H20") {
-        (450.0, 50.0) // 16 CX7 NDR NICs for 16 GPUs
+        (450.0, 50.0, true) // 16 CX7 NDR NICs for 16 GPUs
     } else if has("H100 PCIe with NVLink bridge") {
-        (300.0, 0.0)
+        (300.0, 0.0, false)
     } else if has("2 nodes x 1 H100") {
-        (450.0, 200.0) // four 400 Gb/s NICs for one GPU
+        (450.0, 200.0, false) // four 400 Gb/s NICs for one GPU
     } else if has("Kestrel") {
-        (150.0, 12.5) // 2 Slingshot 200 Gb/s NICs per 4-GPU node
+        (150.0, 12.5, false) // 2 Slingshot 200 Gb/s NICs per 4-GPU node
     } else if has("2 GCP VMs x 8 H100") || has("A3 Mega") {
-        (450.0, 1800.0 / 8.0 / 8.0) // GPUDirect-TCPXO, 1,800 Gb/s per VM
+        (450.0, 1800.0 / 8.0 / 8.0, true) // GPUDirect-TCPXO, 1,800 Gb/s per VM
     } else if has("A3 High") {
-        (450.0, 1000.0 / 8.0 / 8.0) // GPUDirect-TCPX, 1,000 Gb/s per VM
+        (450.0, 1000.0 / 8.0 / 8.0, true) // GPUDirect-TCPX, 1,000 Gb/s per VM
     } else if has("8 A100 NVLink") || has("OCI BM.GPU4.8") {
-        (300.0, 25.0) // OCI: 16 x 100 Gb/s RoCE ports per node
+        (300.0, 25.0, false) // OCI: 16 x 100 Gb/s RoCE ports per node
     } else if has("XE9680") {
-        (450.0, 50.0) // 8 ConnectX-7 400 Gb/s per host (nccl-tests issue #309)
+        (450.0, 50.0, true) // 8 ConnectX-7 400 Gb/s per host (nccl-tests issue #309)
     } else if has("gj-aion") {
         // One 400 Gb/s InfiniBand NIC per GPU: the NIC count is not stated, but the printed
         // 320-391 GB/s of all-reduce bus bandwidth across nodes needs one per GPU.
-        (450.0, 50.0)
+        (450.0, 50.0, true)
     } else if has("ABCI") {
-        (300.0, 100.0 / 8.0) // ABCI's A node: 4 HDR 200 Gb/s HCAs for 8 A100s
-    } else if has("4 H100") || has("sm_90") {
-        (450.0, 0.0)
+        (300.0, 100.0 / 8.0, false) // ABCI's A node: 4 HDR 200 Gb/s HCAs for 8 A100s
+    } else if has("4 H100") {
+        (450.0, 0.0, false)
+    } else if has("sm_90") {
+        // XLA's table is a ring's: its 8-GPU all-reduce peaks at 402 GB/s of bus bandwidth,
+        // where NVLink SHARP reaches 470-480 on the same kind of node (Together's and
+        // stas00's sweeps).
+        (450.0, 0.0, false)
     } else {
         return None;
     };
@@ -250,6 +256,7 @@ fn links_of(system: &str) -> Option<Links> {
     Some(Links {
         intra_bandwidth: intra * GB,
         inter_bandwidth: inter * GB,
+        multicast,
     })
 }
 
@@ -259,7 +266,11 @@ fn collective(row: &Row) -> Option<CollectiveMeasurement> {
     }
     let kind = Collective::from_name(row.get("collective"))?;
     let system = row.get("system").to_string();
-    let links = links_of(&system)?;
+    let mut links = links_of(&system)?;
+    // A sweep run with NVLink SHARP turned off measures the ring.
+    links.multicast &= !["library", "table", "notes"]
+        .iter()
+        .any(|column| row.get(column).contains("NCCL_NVLS_ENABLE=0"));
     let ranks = row.number("ranks")?;
     let nodes = row.number("nodes").unwrap_or(1.0);
     let bytes = row.number("message_bytes")?;
