@@ -1028,14 +1028,20 @@ fn fp8_outputs(
     model.stage_outputs(s, 1, layers, Recompute::None, Offload::default())
 }
 
-#[test]
-fn fp8_scalings_pay_their_cast_passes_and_kernels() {
-    let (tokens, h) = (2048.0, 4096.0);
-    let cal = Calibration {
+/// The bare calibration with row-scaled GEMMs as fast as tensor-scaled ones, so that the FP8
+/// recipes differ by their casts alone.
+fn fp8_calibration() -> Calibration {
+    Calibration {
         fp8_rowwise_matmul: 1.0,
         layer_overhead_s: 0.0,
         ..bare()
-    };
+    }
+}
+
+#[test]
+fn fp8_scalings_pay_their_cast_passes_and_kernels() {
+    let (tokens, h) = (2048.0, 4096.0);
+    let cal = fp8_calibration();
     let s = strategy(16, 1, 1, 1);
     let compute_under = |framework: Framework, scaling: Fp8Scaling, cal: Calibration| {
         fp8_outputs(framework, scaling, cal, &s, 8)[Output::Compute.index()]
@@ -1084,11 +1090,7 @@ fn torchao_casts_rowwise_inputs_after_the_sequence_parallel_gather() {
     // other inputs (the output projection's h and the down projection's 4h) are split over
     // the ranks either way: 2.5h.
     let (tokens, h) = (2048.0, 4096.0);
-    let cal = Calibration {
-        fp8_rowwise_matmul: 1.0,
-        layer_overhead_s: 0.0,
-        ..bare()
-    };
+    let cal = fp8_calibration();
     let mut s = strategy(8, 2, 1, 1);
     s.sequence_parallel = true;
     let compute = |scaling: Fp8Scaling| {

@@ -13,6 +13,7 @@ use tessel_symbolic::primitives::{
     EAGER_EXPERT_HOST, FP8_ROWWISE_RATE, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S, NORM_BYTES,
     SWIGLU_BYTES,
 };
+use tessel_symbolic::validation::Table;
 
 fn close(fitted: f64, committed: f64, what: &str) {
     let scale = committed.abs().max(1e-9);
@@ -360,22 +361,20 @@ fn fp8_gemms_are_the_bf16_primitive_at_the_measured_speedup() {
     // this project's H100 sweep, with one byte an element.
     // The committed primitives are the fit of these folders, so they are there when it runs.
     let shared = &default_microbench_dirs()[0];
-    let text = std::fs::read_to_string(shared.join("gemm.csv")).expect("the shared gemm.csv");
+    let table = Table::read(&shared.join("gemm.csv")).expect("the shared gemm.csv");
     let hopper = GemmParams::for_generation(GpuGeneration::Hopper);
     let params = GemmParams {
         efficiency: hopper.efficiency * fp8_speedup(GpuGeneration::Hopper),
         ..hopper
     };
     let mut errors = Vec::new();
-    for line in text.lines().filter(|l| l.contains("(Azure ND H")) {
-        // gpu, dtype, m, n, k, tflops, ...: the first six hold no commas in these rows.
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields[1] != "fp8" {
+    for (_, get) in table.rows() {
+        if get("dtype") != "fp8" || !get("gpu").contains("(Azure ND H") {
             continue;
         }
-        let number = |i: usize| fields[i].parse::<f64>().expect("number");
-        let (gpu, m, n, k, tflops) = (fields[0], number(2), number(3), number(4), number(5));
-        let device = device_of(gpu).expect("a Hopper GPU");
+        let number = |column: &str| get(column).parse::<f64>().expect("number");
+        let (m, n, k, tflops) = (number("m"), number("n"), number("k"), number("tflops"));
+        let device = device_of(&get("gpu")).expect("a Hopper GPU");
         let predicted = gemm_time(m, n, k, 1.0, 1.0, &device, &params);
         let measured = 2.0 * m * n * k / (tflops * 1e12);
         errors.push((predicted / measured - 1.0).abs());
