@@ -222,6 +222,8 @@ fn gemm_measured(
             sms: compute_units(gpu),
         },
         seconds,
+        // The cluster's level is what its own timings give, whatever the GPU's power state.
+        power_capped: false,
     }
 }
 

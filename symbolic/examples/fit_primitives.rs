@@ -1,16 +1,17 @@
-//! Fits every primitive to the published microbenchmarks and prints, for each kind, its
+//! Fits every primitive to the published microbenchmarks and this project's GEMM and copy
+//! sweeps (`load_fit_microbenchmarks`) and prints, for each kind, its
 //! errors in the fit and with each source held out, then the fitted parameters.
 //!
 //! `cargo run --release -p tessel-symbolic --example fit_primitives [-- --score DIR]`: with
 //! `--score`, also the fitted primitives' errors on DIR's measurements, which no fit reads
-//! (`data/microbench/measured-h200/`, measured by this project).
+//! (`data/microbench/two-nodes/`; `measured-h100/` for its attention calls).
 
 use std::path::PathBuf;
 
 use tessel_symbolic::primitives::fit::{
     fit_and_score, gemm_source_disagreement, median, score_unseen, PrimitiveScore,
 };
-use tessel_symbolic::primitives::{default_microbench_dirs, load_microbenchmarks};
+use tessel_symbolic::primitives::{load_fit_microbenchmarks, load_microbenchmarks};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,7 +23,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let data = match load_microbenchmarks(&default_microbench_dirs()) {
+    let data = match load_fit_microbenchmarks(None) {
         Ok(data) => data,
         Err(err) => {
             eprintln!("{err}");
@@ -33,7 +34,7 @@ fn main() {
     print_scores(&scores);
     let mut disagreement = gemm_source_disagreement(&data);
     println!(
-        "\nTwo sources timing the same GEMM shape on the same GPU: {} pairs, median difference {:.1} %",
+        "\nTwo sources timing GEMM shapes in common on the same GPU: {} pairs of sources, median over pairs of their median difference {:.1} %",
         disagreement.len(),
         100.0 * median(&mut disagreement)
     );
@@ -69,12 +70,11 @@ fn main() {
             );
         }
         for r in &data.gemms {
-            let label = if format!("{:?}", gemm_generation(r)) == "Hopper" {
-                "hopper"
-            } else {
-                "ampere"
-            };
-            let p = predict_gemm(r, &fitted.gemms[label]);
+            let p = predict_gemm(
+                r,
+                &fitted.gemms[gemm_generation(r).name()],
+                fitted.power_capped_gemm_rate,
+            );
             println!(
                 "G {:>6.2} {} {} {} meas={:.1}TF pred={:.1}TF {} {}",
                 p / r.seconds,
@@ -91,8 +91,8 @@ fn main() {
 }
 
 fn print_scores(scores: &[PrimitiveScore]) {
-    println!("| primitive | rows | sources | median error, source held out | mean, held out | median, each source's level divided out | median in the fit |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("| primitive | rows | sources | median error, source held out | median over sources, held out | mean, held out | median, each source's level divided out | median in the fit |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for score in scores {
         let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
             / score.held_out.len().max(1) as f64;
@@ -109,8 +109,16 @@ fn print_scores(scores: &[PrimitiveScore]) {
                 100.0 * PrimitiveScore::median_abs(&score.held_out_shape)
             )
         };
+        let by_source = if score.held_out_by_source.is_empty() {
+            "–".to_string()
+        } else {
+            format!(
+                "{:.1} %",
+                100.0 * PrimitiveScore::median_abs(&score.held_out_by_source)
+            )
+        };
         println!(
-            "| {} | {} | {} | {:.1} % | {:.1} % | {shape} | {in_fit} |",
+            "| {} | {} | {} | {:.1} % | {by_source} | {:.1} % | {shape} | {in_fit} |",
             score.kind,
             score.rows,
             score.sources,

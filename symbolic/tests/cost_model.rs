@@ -1325,8 +1325,8 @@ fn megatron_runs_hopper_native_attention() {
         KernelEfficiency::for_gpu(&spec.cluster.gpu).sustained_fraction(&bare())
     };
     let in_step = sustained("H100-SXM");
-    // Hopper's GEMMs sustain 0.66 of peak in a step against the 0.84 of their benchmarks.
-    assert!(close(in_step, 0.6805 / 0.8448, 1e-9));
+    // Hopper's GEMMs sustain 0.68 of peak in a step against the 0.85 of their benchmarks.
+    assert!(close(in_step, 0.6799 / 0.8501, 1e-9));
     let megatron = compute(Framework::Megatron, None, "H100-SXM");
     let fsdp = compute(Framework::Fsdp, None, "H100-SXM");
     let (flash, native) = (

@@ -1,16 +1,17 @@
 //! The primitives against their microbenchmarks: the committed parameters are what the fit
 //! finds (so the constants in the code cannot drift from the data), and each primitive kind's
 //! error with its sources held out stays where `docs/VALIDATION.md` reports it, also on
-//! measurements no fit reads.
+//! measurements no fit reads and on each GPU the project measured, held out.
 
 use tessel_symbolic::cost::GpuGeneration;
 use tessel_symbolic::primitives::fit::{
     fit_and_score, gemm_source_disagreement, score_unseen, PrimitiveScore,
 };
 use tessel_symbolic::primitives::{
-    default_microbench_dirs, device_of, fp8_speedup, gemm_time, load_microbenchmarks,
-    AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
-    EAGER_EXPERT_HOST, FP8_ROWWISE_RATE, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S, NORM_BYTES,
+    default_microbench_dirs, device_of, fp8_speedup, gemm_time, load_fit_microbenchmarks,
+    load_microbenchmarks, project_microbench_dir, AttentionKernel, AttentionParams,
+    CollectiveParams, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST, FP8_ROWWISE_RATE,
+    HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S, MEASURED_DIRS, NORM_BYTES, POWER_CAPPED_GEMM_RATE,
     SWIGLU_BYTES,
 };
 use tessel_symbolic::validation::Table;
@@ -25,7 +26,7 @@ fn close(fitted: f64, committed: f64, what: &str) {
 
 #[test]
 fn committed_primitives_are_the_fit_and_hold_out_of_it() {
-    let data = match load_microbenchmarks(&default_microbench_dirs()) {
+    let data = match load_fit_microbenchmarks(None) {
         Ok(data) => data,
         Err(err) => {
             eprintln!("skipped: {err}");
@@ -57,6 +58,11 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         close(f.efficiency, k.efficiency, "GEMM efficiency");
         close(f.tile_half_area, k.tile_half_area, "GEMM tile half area");
     }
+    close(
+        fitted.power_capped_gemm_rate,
+        POWER_CAPPED_GEMM_RATE,
+        "GEMM rate at the power cap",
+    );
     for (label, generation, kernel) in [
         (
             "ampere.flash2",
@@ -99,52 +105,62 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
     // makes a primitive transfer worse fails here.
     for score in &scores {
         let median = PrimitiveScore::median_abs(&score.held_out);
-        let bound = if score.kind.starts_with("GEMM") {
-            // Hopper's 28.9 %: OpenXLA's table, 125 of its 175 rows, is held out as one source.
-            0.31
-        } else if score.kind.starts_with("attention") {
-            0.15
-        } else if score.kind.starts_with("memory") {
-            0.10
-        } else if score.kind.contains("degraded") {
-            0.75
-        } else {
-            0.45
+        let bound = match score.kind.as_str() {
+            // Five sources, two of them Triton's tutorial timing the same squares 40 % apart.
+            "GEMM: ampere" => 0.19,
+            "GEMM: hopper" => 0.05,
+            "attention (fused kernels)" => 0.13,
+            kind if kind.starts_with("memory") => 0.10,
+            kind if kind.contains("degraded") => 0.75,
+            _ => 0.45,
         };
         assert!(median <= bound, "{}: held-out median {median}", score.kind);
     }
 
+    // Weighing every source alike, Hopper's GEMMs are where the published sources put them:
+    // the project's two sweeps are 690 of the 865 rows, and each published source's level
+    // held out is 8-34 % off.
+    let hopper = scores
+        .iter()
+        .find(|s| s.kind == "GEMM: hopper")
+        .expect("Hopper GEMMs");
+    let by_source = PrimitiveScore::median_abs(&hopper.held_out_by_source);
+    assert!(
+        by_source <= 0.21,
+        "Hopper GEMMs, median over sources {by_source}"
+    );
+
     // A step's GEMMs take the primitive's shape (tiles, waves, short `k`), not its level (the
     // end-to-end `matmul` replaces it): held out, the shape transfers within 10 %, while two
-    // sources timing the same shape on the same GPU differ by a median of about a quarter.
+    // sources timing the same shapes on the same GPU differ by a median of about a fifth.
     for score in scores.iter().filter(|s| s.kind.starts_with("GEMM")) {
         let shape = PrimitiveScore::median_abs(&score.held_out_shape);
         assert!(shape <= 0.10, "{}: shape median {shape}", score.kind);
     }
     let mut disagreement = gemm_source_disagreement(&data);
-    assert!(disagreement.len() >= 50);
+    assert!(disagreement.len() >= 15, "{} pairs", disagreement.len());
     let floor = tessel_symbolic::primitives::fit::median(&mut disagreement);
     assert!(floor > 0.15, "sources disagree by {floor}");
 
-    // GPUs and sweeps no fit saw (data/microbench/measured-h200/ and measured-h100/, measured
-    // by this project; multinode/ and two-nodes/, published): the fitted primitives
-    // transfer to them as they do across sources.
+    // Sets no fit reads (data/microbench/multinode/ and two-nodes/, published, gathered after
+    // the fit; the attention calls of the project's sweeps): the fitted primitives transfer to
+    // them as far as the bounds say.
     for (folder, kind, rows, bound) in [
-        ("measured-h200", "GEMM: hopper", 370, 0.20),
-        ("measured-h200", "attention (fused kernels)", 96, 0.12),
-        ("measured-h100", "GEMM: hopper", 370, 0.17),
-        // All-reduce across 4-16 nodes, gathered after the fit: the one set of NCCL parameters
-        // is 2-4 times slow on small messages there and off by up to 76 % on large ones
+        // All-reduce across 4-16 nodes: the one set of NCCL parameters is 2-4 times slow on
+        // small messages there and off by up to 76 % on large ones
         // (data/microbench/multinode/README.md). The bound keeps the miss from growing.
         ("multinode", "collective: all_reduce", 146, 0.65),
-        // Two nodes of A100, H100 and H200 over InfiniBand, RoCE and EFA, gathered after the
-        // fit (data/microbench/two-nodes/README.md). The primitive misses what it lacks: the
+        // Two nodes of A100, H100 and H200 over InfiniBand, RoCE and EFA
+        // (data/microbench/two-nodes/README.md). The primitive misses what it lacks: the
         // tree's bandwidth over two nodes (all-reduce) and a network latency per fabric (GCP
         // A3 Ultra's small gathers run 2-5 times faster than the one fitted network step).
         ("two-nodes", "collective: all_gather", 72, 1.25),
         ("two-nodes", "collective: all_reduce", 128, 0.45),
-        // cuDNN's and FlashAttention-2's kernels on a lent H100, forward and backward.
+        // The project's attention sweeps (SDPA's cuDNN and FlashAttention-2 backends, PyTorch
+        // 2.11): the fit leaves them out (`MEASURED_DIRS`), and the published fit predicts
+        // them within 10 % by median.
         ("measured-h100", "attention (fused kernels)", 192, 0.11),
+        ("measured-h200", "attention (fused kernels)", 96, 0.12),
     ] {
         let unseen = load_microbenchmarks(&[measured(folder)]).expect("the measurements load");
         let scores = score_unseen(&fitted, &unseen);
@@ -152,19 +168,34 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         let median = PrimitiveScore::median_abs(&score.held_out);
         assert_eq!(score.rows, rows, "{folder}: {kind}");
         assert!(median <= bound, "{kind} on {folder}: median {median}");
-        if kind.starts_with("GEMM") {
-            // Our sweeps ran at their GPUs' 700 W cap, below the published level; the shape
-            // across 370 transformer GEMMs holds within 3-4 %.
-            let shape = PrimitiveScore::median_abs(&score.held_out_shape);
-            assert!(shape <= 0.05, "{kind} on {folder}: shape median {shape}");
-        }
+    }
+}
+
+#[test]
+fn each_measured_gpu_is_predicted_by_the_fit_without_it() {
+    // This project's GEMM sweeps on a lent H100 and a lent H200 (the same script, run back to
+    // back at the power cap), each held out in turn: the primitive fitted on the published
+    // sources and the other GPU predicts its 344-346 GEMMs of transformer shapes within 3.0
+    // and 3.1 % by median.
+    for held_out in MEASURED_DIRS {
+        let Ok(data) = load_fit_microbenchmarks(Some(held_out)) else {
+            eprintln!("skipped: the shared microbenchmarks are not here");
+            return;
+        };
+        let (fitted, _) = fit_and_score(&data);
+        let unseen = load_microbenchmarks(&[measured(held_out)]).expect("the sweep loads");
+        let scores = score_unseen(&fitted, &unseen);
+        let score = scores
+            .iter()
+            .find(|s| s.kind == "GEMM: hopper")
+            .expect("GEMMs");
+        let median = PrimitiveScore::median_abs(&score.held_out);
+        assert!(median <= 0.04, "GEMMs of {held_out}: median {median}");
     }
 }
 
 fn measured(folder: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../data/microbench")
-        .join(folder)
+    project_microbench_dir(folder)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

@@ -20,7 +20,9 @@ use crate::primitives::fit::{
     predict_collective, predict_gemm, relative_error, PrimitiveScore, Range, COLLECTIVE_RANGES,
     GEMM_RANGES,
 };
-use crate::primitives::{CollectiveMeasurement, CollectiveParams, GemmMeasurement, GemmParams};
+use crate::primitives::{
+    CollectiveMeasurement, CollectiveParams, GemmMeasurement, GemmParams, POWER_CAPPED_GEMM_RATE,
+};
 
 pub use tessel_grammar::CALIBRATION_FORMAT;
 
@@ -134,7 +136,7 @@ pub fn fit_cluster_gemms(
     let fitted = fit_gemms(&rows, start);
     let errors = |params: &GemmParams| {
         rows.iter()
-            .map(|r| relative_error(predict_gemm(r, params), r.seconds))
+            .map(|r| relative_error(predict_gemm(r, params, POWER_CAPPED_GEMM_RATE), r.seconds))
             .collect()
     };
     let fit = summary(

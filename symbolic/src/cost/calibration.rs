@@ -171,7 +171,7 @@ impl KernelEfficiency {
             // Ada (L4, L40S) has no fit of its own: Mist's two L4 runs are too few to identify
             // a level, so it keeps the round prior every held-out generation starts from.
             GpuGeneration::Ada => (0.75, 0.70),
-            GpuGeneration::Hopper => (0.6805, EAGER_ELEMENTWISE),
+            GpuGeneration::Hopper => (0.6799, EAGER_ELEMENTWISE),
             GpuGeneration::Other => (0.75, 0.65),
         };
         let attention = match gpu.efficiency.attention {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::attention::{attention_tflops, kernel_of_label, AttentionKernel, AttentionParams};
 use super::collective::{collective_time, Collective, CollectiveParams, Group};
-use super::gemm::{gemm_time, GemmParams};
+use super::gemm::{gemm_time, GemmParams, POWER_CAPPED_GEMM_RATE};
 use super::microbench::{
     AttentionMeasurement, CollectiveMeasurement, GemmMeasurement, MemoryMeasurement,
     Microbenchmarks,
@@ -180,8 +180,19 @@ pub fn gemm_values(p: &GemmParams) -> Vec<f64> {
     vec![p.efficiency, p.k_overhead, p.tile_half_area, p.launch_s]
 }
 
-pub fn predict_gemm(row: &GemmMeasurement, params: &GemmParams) -> f64 {
-    gemm_time(row.m, row.n, row.k, 1.0, 2.0, &row.device, params)
+/// The time `params` give `row`; a sweep run at the power cap runs at `power_capped_rate` of
+/// the primitive's level.
+pub fn predict_gemm(row: &GemmMeasurement, params: &GemmParams, power_capped_rate: f64) -> f64 {
+    let level = if row.power_capped {
+        power_capped_rate
+    } else {
+        1.0
+    };
+    let params = GemmParams {
+        efficiency: params.efficiency * level,
+        ..*params
+    };
+    gemm_time(row.m, row.n, row.k, 1.0, 2.0, &row.device, &params)
 }
 
 pub fn gemm_generation(row: &GemmMeasurement) -> GpuGeneration {
@@ -200,18 +211,33 @@ fn gemms_of(data: &Microbenchmarks, generation: GpuGeneration) -> Vec<&GemmMeasu
         .collect()
 }
 
-/// The GEMMs' fit loss at parameters `x` (in [`GEMM_RANGES`]' order).
+/// The rate of a GEMM timed at the GPU's power cap, relative to the primitive's level.
+pub const POWER_CAPPED_RANGE: Range = range("power_capped_rate", 0.5, 1.0);
+
+/// The GEMMs' fit loss at parameters `x` (in [`GEMM_RANGES`]' order, then optionally
+/// [`POWER_CAPPED_RANGE`]'s; without it, the committed [`POWER_CAPPED_GEMM_RATE`]).
 pub fn gemm_loss(rows: &[&GemmMeasurement], x: &[f64]) -> f64 {
     let params = gemm_params(x);
-    source_weighted(rows, |r| (predict_gemm(r, &params) / r.seconds).ln())
+    let power_capped_rate = x.get(4).copied().unwrap_or(POWER_CAPPED_GEMM_RATE);
+    source_weighted(rows, |r| {
+        (predict_gemm(r, &params, power_capped_rate) / r.seconds).ln()
+    })
 }
 
+/// The GEMM primitive fitted on `rows`, with the rate of the sweeps among them that ran at the
+/// power cap (which stays at the committed rate when none did).
+pub fn fit_gemm_primitive(rows: &[&GemmMeasurement], start: &GemmParams) -> (GemmParams, f64) {
+    let mut values = gemm_values(start);
+    values.push(POWER_CAPPED_GEMM_RATE);
+    let mut ranges = GEMM_RANGES.to_vec();
+    ranges.push(POWER_CAPPED_RANGE);
+    let x = minimize(|x| gemm_loss(rows, x), &values, &ranges);
+    (gemm_params(&x), x[4])
+}
+
+/// The GEMM primitive fitted on `rows` (a cluster's own GEMMs, none at the power cap).
 pub fn fit_gemms(rows: &[&GemmMeasurement], start: &GemmParams) -> GemmParams {
-    gemm_params(&minimize(
-        |x| gemm_loss(rows, x),
-        &gemm_values(start),
-        &GEMM_RANGES,
-    ))
+    fit_gemm_primitive(rows, start).0
 }
 
 // --- attention ------------------------------------------------------------------------------
@@ -311,6 +337,9 @@ pub struct PrimitiveScore {
     /// The same, each source's median error divided out: how well the primitive's dependence
     /// on shape, size and group transfers, apart from the level each source's system ran at.
     pub held_out_shape: Vec<f64>,
+    /// Each source's median absolute held-out error: the score with every source weighing
+    /// alike, however many rows it has.
+    pub held_out_by_source: Vec<f64>,
 }
 
 impl PrimitiveScore {
@@ -324,6 +353,9 @@ impl PrimitiveScore {
 pub struct FittedPrimitives {
     pub collectives: CollectiveParams,
     pub gemms: BTreeMap<&'static str, GemmParams>,
+    /// The rate of GEMMs timed at the power cap, relative to the primitive's level (Hopper's
+    /// fit: the generation the project's sweeps ran on).
+    pub power_capped_gemm_rate: f64,
     pub attention: BTreeMap<String, AttentionParams>,
     pub stream_fraction: f64,
 }
@@ -399,6 +431,22 @@ fn held_out_errors<T: Sourced, P>(
     errors
 }
 
+/// Each source's median absolute error among `errors` (aligned with `rows`).
+fn source_medians<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
+    sources(rows)
+        .into_iter()
+        .map(|source| {
+            let mut of_source: Vec<f64> = rows
+                .iter()
+                .zip(errors)
+                .filter(|(r, _)| r.held_out_unit() == source)
+                .map(|(_, e)| e.abs())
+                .collect();
+            median(&mut of_source)
+        })
+        .collect()
+}
+
 /// `errors` (aligned with `rows`) with each source's median log error divided out.
 fn source_levels_removed<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
     let mut levels = BTreeMap::new();
@@ -417,11 +465,11 @@ fn source_levels_removed<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Relative differences between the times two sources measured for the same GEMM shape on
-/// the same GPU (the same datasheet peak), one per pair: how far apart sources put the same
-/// measurement, which a level fitted without one of them cannot know.
+/// How far apart two sources put the same GEMM on the same GPU (the same datasheet peak): for
+/// each pair of sources that timed shapes in common, the median relative difference over
+/// those shapes. A level fitted without one of them cannot know this.
 pub fn gemm_source_disagreement(data: &Microbenchmarks) -> Vec<f64> {
-    let mut differences = Vec::new();
+    let mut pairs: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     for (i, a) in data.gemms.iter().enumerate() {
         for b in &data.gemms[i + 1..] {
             let same = a.measurement != b.measurement
@@ -429,11 +477,20 @@ pub fn gemm_source_disagreement(data: &Microbenchmarks) -> Vec<f64> {
                 && a.device.peak_flops == b.device.peak_flops
                 && (a.m, a.n, a.k) == (b.m, b.n, b.k);
             if same {
-                differences.push((a.seconds / b.seconds).ln().abs().exp_m1());
+                let key = if a.measurement < b.measurement {
+                    (a.measurement.as_str(), b.measurement.as_str())
+                } else {
+                    (b.measurement.as_str(), a.measurement.as_str())
+                };
+                let difference = (a.seconds / b.seconds).ln().abs().exp_m1();
+                pairs.entry(key).or_default().push(difference);
             }
         }
     }
-    differences
+    pairs
+        .into_values()
+        .map(|mut differences| median(&mut differences))
+        .collect()
 }
 
 /// The collective measurements of systems reported degraded, and the others.
@@ -475,12 +532,14 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
                 .map(|(_, e)| *e)
                 .collect()
         };
+        let kind_held_out = of_kind_only(&held_out);
         scores.push(PrimitiveScore {
             kind: format!("collective: {}", kind.name()),
             rows: kind_rows.len(),
             sources: sources(&kind_rows).len(),
             in_fit: kind_rows.iter().map(|r| error(r, &full)).collect(),
-            held_out: of_kind_only(&held_out),
+            held_out_by_source: source_medians(&kind_rows, &kind_held_out),
+            held_out: kind_held_out,
             held_out_shape: of_kind_only(&held_out_shape),
         });
     }
@@ -492,30 +551,37 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
             in_fit: Vec::new(),
             held_out: degraded.iter().map(|r| error(r, &full)).collect(),
             held_out_shape: Vec::new(),
+            held_out_by_source: Vec::new(),
         });
     }
 
     // GEMMs: one parameter set per GPU generation.
     let mut gemms = BTreeMap::new();
+    let mut power_capped_gemm_rate = POWER_CAPPED_GEMM_RATE;
     for generation in [GpuGeneration::Ampere, GpuGeneration::Hopper] {
         let rows = gemms_of(data, generation);
         if rows.is_empty() {
             continue;
         }
         let start = GemmParams::for_generation(generation);
-        let fitted = fit_gemms(&rows, &start);
-        let error =
-            |r: &GemmMeasurement, p: &GemmParams| relative_error(predict_gemm(r, p), r.seconds);
-        let held_out = held_out_errors(&rows, |kept| fit_gemms(kept, &start), error);
+        let fitted = fit_gemm_primitive(&rows, &start);
+        let error = |r: &GemmMeasurement, (params, rate): &(GemmParams, f64)| {
+            relative_error(predict_gemm(r, params, *rate), r.seconds)
+        };
+        let held_out = held_out_errors(&rows, |kept| fit_gemm_primitive(kept, &start), error);
         scores.push(PrimitiveScore {
             kind: format!("GEMM: {}", generation.name()),
             rows: rows.len(),
             sources: sources(&rows).len(),
             in_fit: rows.iter().map(|r| error(r, &fitted)).collect(),
             held_out_shape: source_levels_removed(&rows, &held_out),
+            held_out_by_source: source_medians(&rows, &held_out),
             held_out,
         });
-        gemms.insert(generation.name(), fitted);
+        if rows.iter().any(|r| r.power_capped) {
+            power_capped_gemm_rate = fitted.1;
+        }
+        gemms.insert(generation.name(), fitted.0);
     }
 
     // Attention: one parameter set per (generation, kernel class); errors of the time the
@@ -556,6 +622,9 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         attention_score
             .held_out_shape
             .extend(source_levels_removed(rows, &held_out));
+        attention_score
+            .held_out_by_source
+            .extend(source_medians(rows, &held_out));
         attention_score.held_out.extend(held_out);
         attention.insert(class.clone(), fitted);
     }
@@ -574,6 +643,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         sources: sources(&rows).len(),
         in_fit: rows.iter().map(|r| error(r, &stream_fraction)).collect(),
         held_out_shape: source_levels_removed(&rows, &held_out),
+        held_out_by_source: source_medians(&rows, &held_out),
         held_out,
     });
 
@@ -581,6 +651,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
         FittedPrimitives {
             collectives: full,
             gemms,
+            power_capped_gemm_rate,
             attention,
             stream_fraction,
         },
@@ -620,6 +691,7 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
             sources: sources(&scored).len(),
             in_fit: Vec::new(),
             held_out_shape: source_levels_removed(&scored, &held_out),
+            held_out_by_source: source_medians(&scored, &held_out),
             held_out,
         }
     }
@@ -645,7 +717,10 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
         let rows = gemms_of(data, generation);
         if let (false, Some(params)) = (rows.is_empty(), fitted.gemms.get(generation.name())) {
             scores.push(score(format!("GEMM: {}", generation.name()), &rows, |r| {
-                Some(relative_error(predict_gemm(r, params), r.seconds))
+                Some(relative_error(
+                    predict_gemm(r, params, fitted.power_capped_gemm_rate),
+                    r.seconds,
+                ))
             }));
         }
     }

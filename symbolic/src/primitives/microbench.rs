@@ -69,6 +69,9 @@ pub struct GemmMeasurement {
     pub k: f64,
     pub device: GemmDevice,
     pub seconds: f64,
+    /// Timed in a sweep that held the GPU at its power cap
+    /// ([`super::gemm::POWER_CAPPED_GEMM_RATE`]), not in a short burst.
+    pub power_capped: bool,
 }
 
 /// One fused-attention measurement.
@@ -99,6 +102,13 @@ pub struct MemoryMeasurement {
 /// The smallest copy a memory-bound pass is fitted on.
 const STREAM_MIN_BYTES: f64 = 64.0 * 1024.0 * 1024.0;
 
+/// The shortest GEMM time a fit reads, seconds. Only the project's sweeps print times, and
+/// they time one call at a time (an event pair around each call, then a wait for it), so a
+/// call costs at least the host's launch of it: their smallest products took 24 µs (H100)
+/// and 32 µs (H200) whatever their size. Rows under this time the launch, not the GEMM, and
+/// are left out, as copies under [`STREAM_MIN_BYTES`] are.
+const GEMM_MIN_TIMED_S: f64 = 50e-6;
+
 /// Everything read.
 #[derive(Clone, Debug, Default)]
 pub struct Microbenchmarks {
@@ -108,17 +118,51 @@ pub struct Microbenchmarks {
     pub memory: Vec<MemoryMeasurement>,
 }
 
-/// The two folders: shared (beside the published runs) and the project's own.
+/// The project's own sweeps on lent GPUs (`scripts/gpu/primitives.py`, `data/microbench/`'s
+/// folders of these names). They run back to back for minutes, so their GPUs sit at the
+/// power cap from the first second (`sustained_gemm.csv` in each), and their GEMMs are fitted
+/// at the capped rate ([`GemmMeasurement::power_capped`]). Their attention calls stay a test:
+/// PyTorch 2.11's kernels ran faster than the 2023-2025 kernels of the training runs, and
+/// folded into the fit they made the H100 runs' fit worse (MPT on H100 5.0 → 5.6 %).
+pub const MEASURED_DIRS: [&str; 2] = ["measured-h100", "measured-h200"];
+
+fn own_microbench_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("data")
+        .join("microbench")
+}
+
+/// One of this project's sweep folders ([`MEASURED_DIRS`]) or its data sets no fit reads
+/// (`multinode`, `two-nodes`).
+pub fn project_microbench_dir(name: &str) -> PathBuf {
+    own_microbench_dir().join(name)
+}
+
+/// The two folders of published measurements: shared (beside the published runs) and the
+/// project's own.
 pub fn default_microbench_dirs() -> Vec<PathBuf> {
     let shared = crate::validation::default_data_path()
         .parent()
         .map(|dir| dir.join("microbench"))
         .unwrap_or_default();
-    let own = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("data")
-        .join("microbench");
-    vec![shared, own]
+    vec![shared, own_microbench_dir()]
+}
+
+/// What the primitives are fitted on: every measurement in [`default_microbench_dirs`], and
+/// the GEMMs and copies of the project's sweeps ([`MEASURED_DIRS`]) except the one named
+/// `leave_out` (a GPU held out).
+pub fn load_fit_microbenchmarks(leave_out: Option<&str>) -> Result<Microbenchmarks, String> {
+    let mut all = load_microbenchmarks(&default_microbench_dirs())?;
+    for name in MEASURED_DIRS
+        .iter()
+        .filter(|&&name| Some(name) != leave_out)
+    {
+        let sweep = load_microbenchmarks(&[project_microbench_dir(name)])?;
+        all.gemms.extend(sweep.gemms);
+        all.memory.extend(sweep.memory);
+    }
+    Ok(all)
 }
 
 /// Reads every `collectives.csv`, `gemm.csv`, `attention.csv` and `memory.csv` in `dirs`. A
@@ -141,7 +185,12 @@ pub fn load_microbenchmarks(dirs: &[PathBuf]) -> Result<Microbenchmarks, String>
         };
         all.collectives
             .extend(read("collectives.csv")?.iter().filter_map(collective));
-        all.gemms.extend(read("gemm.csv")?.iter().filter_map(gemm));
+        let power_capped = MEASURED_DIRS.iter().any(|name| dir.ends_with(name));
+        all.gemms.extend(
+            read("gemm.csv")?
+                .iter()
+                .filter_map(|row| gemm(row, power_capped)),
+        );
         all.attention
             .extend(read("attention.csv")?.iter().filter_map(attention));
         all.memory
@@ -326,7 +375,7 @@ pub fn device_of(gpu: &str) -> Option<GemmDevice> {
     })
 }
 
-fn gemm(row: &Row) -> Option<GemmMeasurement> {
+fn gemm(row: &Row, power_capped: bool) -> Option<GemmMeasurement> {
     let dtype = row.get("dtype");
     if dtype != "fp16" && dtype != "bf16" {
         return None;
@@ -339,6 +388,12 @@ fn gemm(row: &Row) -> Option<GemmMeasurement> {
     let device = device_of(&gpu)?;
     let (m, n, k) = (row.number("m")?, row.number("n")?, row.number("k")?);
     let tflops = row.number("tflops")?;
+    if row
+        .number("time_us")
+        .is_some_and(|us| us * 1e-6 < GEMM_MIN_TIMED_S)
+    {
+        return None;
+    }
     Some(GemmMeasurement {
         source: row.get("source").to_string(),
         measurement: measurement_of(row.get("source")),
@@ -348,6 +403,7 @@ fn gemm(row: &Row) -> Option<GemmMeasurement> {
         k,
         device,
         seconds: 2.0 * m * n * k / (tflops * 1e12),
+        power_capped,
     })
 }
 

@@ -26,7 +26,7 @@ pub use collective::{
 };
 pub use gemm::{
     compute_units, fp8_speedup, gemm_time, sm_count, GemmDevice, GemmParams, FP8_ROWWISE_RATE,
-    TILES,
+    POWER_CAPPED_GEMM_RATE, TILES,
 };
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
@@ -35,7 +35,8 @@ pub use memory_pass::{
     RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
 };
 pub use microbench::{
-    default_microbench_dirs, device_of, load_microbenchmarks, AttentionMeasurement,
-    CollectiveMeasurement, GemmMeasurement, MemoryMeasurement, Microbenchmarks,
+    default_microbench_dirs, device_of, load_fit_microbenchmarks, load_microbenchmarks,
+    project_microbench_dir, AttentionMeasurement, CollectiveMeasurement, GemmMeasurement,
+    MemoryMeasurement, Microbenchmarks, MEASURED_DIRS,
 };
 pub use scalar::{c, ceil_log2, exceeds, Scalar};
