@@ -96,27 +96,16 @@ fn print_scores(scores: &[PrimitiveScore]) {
     for score in scores {
         let mean = score.held_out.iter().map(|e| e.abs()).sum::<f64>()
             / score.held_out.len().max(1) as f64;
-        let in_fit = if score.in_fit.is_empty() {
-            "–".to_string()
-        } else {
-            format!("{:.1} %", 100.0 * PrimitiveScore::median_abs(&score.in_fit))
+        let median_cell = |errors: &[f64]| {
+            if errors.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.1} %", 100.0 * PrimitiveScore::median_abs(errors))
+            }
         };
-        let shape = if score.held_out_shape.is_empty() {
-            "–".to_string()
-        } else {
-            format!(
-                "{:.1} %",
-                100.0 * PrimitiveScore::median_abs(&score.held_out_shape)
-            )
-        };
-        let by_source = if score.held_out_by_source.is_empty() {
-            "–".to_string()
-        } else {
-            format!(
-                "{:.1} %",
-                100.0 * PrimitiveScore::median_abs(&score.held_out_by_source)
-            )
-        };
+        let in_fit = median_cell(&score.in_fit);
+        let shape = median_cell(&score.held_out_shape);
+        let by_source = median_cell(&score.held_out_by_source);
         println!(
             "| {} | {} | {} | {:.1} % | {by_source} | {:.1} % | {shape} | {in_fit} |",
             score.kind,

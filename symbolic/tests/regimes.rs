@@ -212,14 +212,14 @@ fn no_regime_is_biased_beyond_its_reported_bound() {
     let mut total = Vec::new();
     for (name, errors) in &by_regime {
         let bias = errors.iter().sum::<f64>() / errors.len() as f64;
-        // MegaScale's 175B is −12.6 %, the largest; the target is 10 %. It was −11.8 %
-        // before the NVLink step fell from its 10 µs bound to the 3.8 µs nccl-tests measure
-        // (docs/VALIDATION.md): its tensor-parallel collectives got cheaper, its gap did not.
-        assert!(bias.abs() < 0.13, "{name}: bias {bias:+.3}");
+        // The target: no regime biased beyond 10 %. The largest is torchao's float8
+        // at −8.8 %; MegaScale's 175B was −12.6 % while its baseline was costed with
+        // flash attention, which Megatron-LM's commit 285068c8 does not run by default.
+        assert!(bias.abs() < 0.10, "{name}: bias {bias:+.3}");
         total.extend(errors.iter().map(|e| e.abs()));
     }
     let mean = total.iter().sum::<f64>() / total.len() as f64;
-    assert!(mean < 0.09, "mean {mean:.3}");
+    assert!(mean < 0.08, "mean {mean:.3}");
 }
 
 #[test]

@@ -431,8 +431,12 @@ fn held_out_errors<T: Sourced, P>(
     errors
 }
 
-/// Each source's median absolute error among `errors` (aligned with `rows`).
-fn source_medians<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
+/// Each source's median of `value` over its errors among `errors` (aligned with `rows`).
+fn per_source<'a, T: Sourced>(
+    rows: &[&'a T],
+    errors: &[f64],
+    value: impl Fn(f64) -> f64,
+) -> BTreeMap<&'a str, f64> {
     sources(rows)
         .into_iter()
         .map(|source| {
@@ -440,25 +444,21 @@ fn source_medians<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
                 .iter()
                 .zip(errors)
                 .filter(|(r, _)| r.held_out_unit() == source)
-                .map(|(_, e)| e.abs())
+                .map(|(_, e)| value(*e))
                 .collect();
-            median(&mut of_source)
+            (source, median(&mut of_source))
         })
         .collect()
 }
 
+/// Each source's median absolute error among `errors` (aligned with `rows`).
+fn source_medians<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
+    per_source(rows, errors, f64::abs).into_values().collect()
+}
+
 /// `errors` (aligned with `rows`) with each source's median log error divided out.
 fn source_levels_removed<T: Sourced>(rows: &[&T], errors: &[f64]) -> Vec<f64> {
-    let mut levels = BTreeMap::new();
-    for source in sources(rows) {
-        let mut logs: Vec<f64> = rows
-            .iter()
-            .zip(errors)
-            .filter(|(r, _)| r.held_out_unit() == source)
-            .map(|(_, e)| e.ln_1p())
-            .collect();
-        levels.insert(source, median(&mut logs));
-    }
+    let levels = per_source(rows, errors, f64::ln_1p);
     rows.iter()
         .zip(errors)
         .map(|(r, e)| (e.ln_1p() - levels[r.held_out_unit()]).exp_m1())

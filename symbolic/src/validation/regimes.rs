@@ -174,8 +174,12 @@ fn regime_case(line: usize, get: &dyn Fn(&str) -> String) -> Result<Option<Regim
                 "layers = {layers}; hidden = {hidden}; heads = {heads}; ffn_hidden = {}\n  vocab = {vocab}; mlp = gelu; norm = layernorm; position = learned; max_seq_len = {seq}\n  bias = true; tie_embeddings = true",
                 4 * hidden
             ),
-            // MegaScale's baseline: Megatron-LM without the data-parallel overlap MegaScale adds.
-            "precision = bf16\n  overlap = { grad_reduce = false, param_gather = false }"
+            // MegaScale's baseline: Megatron-LM at commit 285068c8 (2023-01-11, the merge that
+            // brought FlashAttention v1 in as the opt-in `--use-flash-attn`) with its defaults:
+            // no data-parallel overlap (MegaScale adds it) and no flash attention (§3.3 lists
+            // FlashAttention-2 among MegaScale's own operators; no flag is named for the
+            // baseline).
+            "precision = bf16; flash_attention = false\n  overlap = { grad_reduce = false, param_gather = false }"
                 .to_string(),
             "recompute = selective; sequence_parallel = true; zero = 1".to_string(),
         ),
