@@ -77,7 +77,8 @@ fn main() {
     let _ = writeln!(
         out,
         "{} configurations; {} fit by the model's memory prediction, and for {} of those the plan is\n\
-         at least as good by the pessimistic bound. {} published configurations are predicted not to\n\
+         at least as good by the pessimistic bound (up to the 1 % within which the bound counts plans\n\
+         as tied and the expected step time decides). {} published configurations are predicted not to\n\
          fit (the model's memory errs high on some sources, see VALIDATION.md); for those the plan is\n\
          the best that fits.\n",
         rows.len(),

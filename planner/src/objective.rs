@@ -13,6 +13,9 @@ use tessel_symbolic::uncertainty::{RunTraits, StepFactors};
 
 use crate::space::OuterConfig;
 
+/// Relative margin within which the pessimistic objective counts two plans as tied.
+pub const NEAR_TIE: f64 = 0.01;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Objective {
@@ -31,6 +34,17 @@ impl Objective {
         match (self, &estimate.interval) {
             (Objective::Pessimistic, Some(interval)) => interval.step_time_s[1],
             _ => estimate.step_time_s,
+        }
+    }
+
+    /// How far above the best rank a plan counts as tied with it, as a fraction: under the
+    /// pessimistic objective, plans whose interval's high ends lie within 1 % (the threshold
+    /// `plan --check` holds a committed plan to) are told apart by their expected step time,
+    /// which the interval's width does not blur. Nothing ties under the expected objective.
+    pub fn near_tie(self) -> f64 {
+        match self {
+            Objective::Expected => 0.0,
+            Objective::Pessimistic => NEAR_TIE,
         }
     }
 
@@ -103,6 +117,11 @@ impl<'a> RankingFactor<'a> {
             known.insert(key, factor);
         }
         factor
+    }
+
+    /// The margin within which configurations tie under this ranking ([`Objective::near_tie`]).
+    pub fn near_tie(&self) -> f64 {
+        self.objective.near_tie()
     }
 
     /// A factor no option of `outer` goes below, for bounds.

@@ -170,7 +170,21 @@ pub fn plan(
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
     finalists.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let (best, _, best_estimate) = finalists.remove(0);
+    // Plans tied with the best rank within the objective's margin are told apart by their
+    // expected step time.
+    let limit = finalists[0].1 * (1.0 + options.objective.near_tie());
+    let chosen = (0..finalists.len())
+        .take_while(|&i| finalists[i].1 <= limit)
+        .min_by(|&a, &b| {
+            finalists[a]
+                .2
+                .step_time_s
+                .total_cmp(&finalists[b].2.step_time_s)
+                .then(a.cmp(&b))
+        })
+        .unwrap_or(0);
+    let (best, _, best_estimate) = finalists.remove(chosen);
+    finalists.truncate(top);
     let mut runners_up = Vec::new();
     for (solved, _, estimate) in finalists {
         let strategy = strategy_of(solved);

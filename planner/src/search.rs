@@ -325,14 +325,19 @@ fn seed_point(points: &[StagePoint], layers: u64, option: usize) -> Option<usize
         .map(|(index, _)| index)
 }
 
-/// The `keep`-th smallest value, or infinity when there are fewer.
 /// Relative slack of a bound against the threshold it is compared with.
 const BOUND_TOLERANCE: f64 = 1e-9;
 
-fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize) -> f64 {
+/// The rank a configuration must reach to stay in the search: the `keep`-th best known, or,
+/// when higher, the best known raised by the ranking's near-tie margin, so that every
+/// configuration tied with the best is found whatever `keep` is.
+fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize, near_tie: f64) -> f64 {
     let mut values: Vec<f64> = known.values().copied().collect();
     values.sort_by(f64::total_cmp);
-    values.get(keep - 1).copied().unwrap_or(f64::INFINITY)
+    let kept = values.get(keep - 1).copied().unwrap_or(f64::INFINITY);
+    values
+        .first()
+        .map_or(kept, |best| kept.max(best * (1.0 + near_tie)))
 }
 
 /// Whether any stage offloads to the host, which decides a configuration's ranking factor.
@@ -341,7 +346,7 @@ fn offloads(options: &[StageOption]) -> bool {
 }
 
 /// Searches the spec's space for the `keep` best configurations by the objective `ranking`
-/// stands for. Bounds and thresholds are in ranked seconds (a configuration's bound times the
+/// stands for, and every configuration tied with the best within its near-tie margin. Bounds and thresholds are in ranked seconds (a configuration's bound times the
 /// least factor any of its options can have); each configuration's own split and options are
 /// solved in predicted seconds, and ranked by the factor of what it chose.
 pub fn search(
@@ -396,7 +401,7 @@ pub fn search(
     let mut solved: Vec<Solved> = Vec::new();
     let mut next = 0;
     while next < candidates.len() {
-        let bound = threshold(&known, keep);
+        let bound = threshold(&known, keep, ranking.near_tie());
         let end = candidates[next..]
             .iter()
             .take(BATCH)
@@ -422,7 +427,7 @@ pub fn search(
         for even in evens.iter().flatten() {
             known.insert(even.outer, even.ranked_s);
         }
-        let bound = threshold(&known, keep);
+        let bound = threshold(&known, keep, ranking.near_tie());
         let outcomes: Vec<Option<InnerOutcome>> = refined
             .par_iter()
             .map(|r| {
@@ -509,7 +514,11 @@ pub fn search(
     }
     stats.pruned_bound += (candidates.len() - next) as u64;
     solved.sort_by(total_order);
-    solved.truncate(keep);
+    let tied = solved.first().map_or(0, |best| {
+        let limit = best.ranked_s * (1.0 + ranking.near_tie());
+        solved.iter().take_while(|s| s.ranked_s <= limit).count()
+    });
+    solved.truncate(keep.max(tied));
     if solved.is_empty() {
         let least = least_need(spec, model).ok_or_else(|| PlanError::EmptySearchSpace {
             reason: "no configuration to screen".to_string(),

@@ -31,8 +31,10 @@ fn the_pessimistic_search_finds_the_best_pessimistic_plan() {
     assert_eq!(pessimistic.objective, Objective::Pessimistic);
     assert_eq!(expected.objective, Objective::Expected);
     let worst_case = |p: &Plan| Objective::Pessimistic.ranked_step_time(&p.prediction);
-    // Each search wins on its own measure.
-    assert!(worst_case(&pessimistic) <= worst_case(&expected) * (1.0 + 1e-9));
+    // Each search wins on its own measure, the pessimistic one up to the margin within which
+    // it counts plans as tied and lets the expected step time decide.
+    let tie = Objective::Pessimistic.near_tie();
+    assert!(worst_case(&pessimistic) <= worst_case(&expected) * (1.0 + tie + 1e-9));
     assert!(expected.prediction.step_time_s <= pessimistic.prediction.step_time_s * (1.0 + 1e-9));
     // The interval's high end is what it ranks by, and every prediction carries one.
     let interval = pessimistic

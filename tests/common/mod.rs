@@ -62,14 +62,7 @@ pub fn launch_cpu_scaled(
 /// `tessel plan SPEC --explain -o PLAN`'s output, after checking that `tessel plan SPEC --check
 /// PLAN` finds the plan it wrote current.
 pub fn plan_explained_and_current(spec: &str, plan: &str) -> String {
-    plan_explained_and_current_with(spec, plan, &[])
-}
-
-/// [`plan_explained_and_current`] with `extra` options for `plan` (an objective, a GPU count).
-pub fn plan_explained_and_current_with(spec: &str, plan: &str, extra: &[&str]) -> String {
-    let mut args = vec!["plan", spec, "--explain", "-o", plan];
-    args.extend_from_slice(extra);
-    let shown = stdout(&tessel(&args));
+    let shown = stdout(&tessel(&["plan", spec, "--explain", "-o", plan]));
     let check = stdout(&tessel(&["plan", spec, "--check", plan]));
     assert!(check.starts_with("current:"), "{check}");
     shown
