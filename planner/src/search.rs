@@ -346,9 +346,10 @@ fn offloads(options: &[StageOption]) -> bool {
 }
 
 /// Searches the spec's space for the `keep` best configurations by the objective `ranking`
-/// stands for, and every configuration tied with the best within its near-tie margin. Bounds and thresholds are in ranked seconds (a configuration's bound times the
-/// least factor any of its options can have); each configuration's own split and options are
-/// solved in predicted seconds, and ranked by the factor of what it chose.
+/// stands for, and every configuration tied with the best within its near-tie margin. Bounds
+/// and thresholds are in ranked seconds (a configuration's bound times the least factor any of
+/// its options can have); each configuration's own split and options are solved in predicted
+/// seconds, and ranked by the factor of what it chose.
 pub fn search(
     spec: &Spec,
     model: &dyn StageCostModel,
