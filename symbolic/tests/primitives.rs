@@ -162,7 +162,8 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         ("measured-h100", "attention (fused kernels)", 192, 0.11),
         ("measured-h200", "attention (fused kernels)", 96, 0.12),
     ] {
-        let unseen = load_microbenchmarks(&[measured(folder)]).expect("the measurements load");
+        let unseen =
+            load_microbenchmarks(&[project_microbench_dir(folder)]).expect("the measurements load");
         let scores = score_unseen(&fitted, &unseen);
         let score = scores.iter().find(|s| s.kind == kind).expect(kind);
         let median = PrimitiveScore::median_abs(&score.held_out);
@@ -183,7 +184,8 @@ fn each_measured_gpu_is_predicted_by_the_fit_without_it() {
             return;
         };
         let (fitted, _) = fit_and_score(&data);
-        let unseen = load_microbenchmarks(&[measured(held_out)]).expect("the sweep loads");
+        let unseen =
+            load_microbenchmarks(&[project_microbench_dir(held_out)]).expect("the sweep loads");
         let scores = score_unseen(&fitted, &unseen);
         let score = scores
             .iter()
@@ -192,10 +194,6 @@ fn each_measured_gpu_is_predicted_by_the_fit_without_it() {
         let median = PrimitiveScore::median_abs(&score.held_out);
         assert!(median <= 0.04, "GEMMs of {held_out}: median {median}");
     }
-}
-
-fn measured(folder: &str) -> std::path::PathBuf {
-    project_microbench_dir(folder)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -210,8 +208,9 @@ fn the_eager_expert_loop_constants_are_the_measured_medians() {
     // forward and backward µs per expert, ..., the run (10th). The constants are run 2's
     // medians, the first to time the forward alone; runs 1 and 3, other machines, bound the
     // spread between hosts.
-    let text = std::fs::read_to_string(measured("measured-h100").join("expert_loop.csv"))
-        .expect("expert_loop.csv");
+    let text =
+        std::fs::read_to_string(project_microbench_dir("measured-h100").join("expert_loop.csv"))
+            .expect("expert_loop.csv");
     let (mut forward, mut backward, mut every) = (Vec::new(), Vec::new(), Vec::new());
     for line in text.lines().skip(1) {
         let fields: Vec<&str> = line.trim().split(',').collect();
@@ -251,8 +250,8 @@ fn the_eager_expert_loop_constants_are_the_measured_medians() {
 #[test]
 fn a_memory_bound_kernel_reaches_the_same_fraction_on_ampere_and_hopper() {
     // Columns: gpu, kernel, provider, mode, rows, hidden, dtype, time (ms), timestamp, version.
-    let text =
-        std::fs::read_to_string(measured("liger").join("layer_norm.csv")).expect("layer_norm.csv");
+    let text = std::fs::read_to_string(project_microbench_dir("liger").join("layer_norm.csv"))
+        .expect("layer_norm.csv");
     let median_fraction = |generation: &str| {
         let fractions: Vec<f64> = text
             .lines()
@@ -281,8 +280,9 @@ fn a_memory_bound_kernel_reaches_the_same_fraction_on_ampere_and_hopper() {
 fn the_host_adam_rate_is_the_median_of_the_published_timings() {
     // Columns: source, date, framework, optimizer, model, parameters per host, GPUs per host,
     // host, seconds, what was timed. Quoted fields hold commas; the numbers come before them.
-    let text = std::fs::read_to_string(measured("host-optimizer").join("cpu_adam.csv"))
-        .expect("cpu_adam.csv");
+    let text =
+        std::fs::read_to_string(project_microbench_dir("host-optimizer").join("cpu_adam.csv"))
+            .expect("cpu_adam.csv");
     let rates: Vec<f64> = text
         .lines()
         .skip(1)
@@ -308,8 +308,9 @@ fn the_eager_elementwise_fraction_is_the_measured_median() {
     // Columns: gpu (quoted, holds a comma), run, op, tokens, hidden, dtype, forward µs,
     // forward and backward µs. Each row's fraction counts the bytes the cost model charges
     // the pass, forward and backward, over the H100's datasheet HBM bandwidth.
-    let text = std::fs::read_to_string(measured("measured-h100").join("elementwise.csv"))
-        .expect("elementwise.csv");
+    let text =
+        std::fs::read_to_string(project_microbench_dir("measured-h100").join("elementwise.csv"))
+            .expect("elementwise.csv");
     let mut fractions = Vec::new();
     for line in text.lines().skip(1) {
         let gpu = line.split('"').nth(1).expect("quoted GPU name");
@@ -342,8 +343,9 @@ fn the_eager_elementwise_fraction_is_the_measured_median() {
 fn hoppers_fp8_speedup_is_the_measured_median() {
     // Columns: gpu (quoted, holds a comma), dtype, m, n, k, tflops, ... Each shape is timed in
     // bf16, FP8 with one scale per tensor and FP8 with a scale per row, one after another.
-    let text = std::fs::read_to_string(measured("measured-h100").join("fp8/gemm.csv"))
-        .expect("fp8/gemm.csv");
+    let text =
+        std::fs::read_to_string(project_microbench_dir("measured-h100").join("fp8/gemm.csv"))
+            .expect("fp8/gemm.csv");
     let mut rates: std::collections::BTreeMap<(String, String, String, String), [f64; 3]> =
         Default::default();
     for line in text.lines().skip(1) {
