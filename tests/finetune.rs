@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{launch_cpu_scaled, plan_explained_and_current, stdout, tessel};
+use common::{launch_cpu_scaled, plan_explained_and_current_with, stdout, tessel};
 use serde_json::Value;
 
 /// Launches `plan` at 1/64 scale for `steps` steps; its JSON report.
@@ -41,9 +41,15 @@ fn lora_resolves_explains_checks_and_trains_as_one_gpu() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = |name: &str| dir.path().join(name).display().to_string();
     let (plan, one) = (path("lora.json"), path("one.json"));
-    // By the pessimistic bound dp 4 · pp 2 and dp 8 tie within 1 %; the expected step time
-    // decides, and dp 8 is the faster.
-    let shown = plan_explained_and_current("specs/llama3-8b-lora.tsl", &plan);
+    // Ranked by the expected step time dp 8 is the faster (5.66 s against dp 4 · pp 2's
+    // 5.78 s), and data parallelism alone trains as one GPU does to the digit; by the
+    // pessimistic bound dp 4 · pp 2 wins (6.27 s against 6.36 s: dp 8's interval is wider), and
+    // its pipelined sums of the same losses differ in the fifth digit.
+    let shown = plan_explained_and_current_with(
+        "specs/llama3-8b-lora.tsl",
+        &plan,
+        &["--objective", "expected"],
+    );
     assert!(
         shown.contains("finetune     lora rank 16 on qkv, o, mlp, the model frozen"),
         "{shown}"

@@ -27,6 +27,18 @@ fn a_two_node_all_reduce_sweep_with_its_device_list() {
     assert_eq!(last.bytes, 8_589_934_592);
     assert_eq!(last.out_of_place_us, 47535.0);
     assert_eq!(last.in_place_us, Some(47743.0));
+    assert_eq!(run.gpus_per_thread, Some(1));
+}
+
+#[test]
+fn one_process_driving_eight_gpus() {
+    let run = parse_nccl_tests(&sample("oci-a100-all-reduce-1x8-g8.txt")).unwrap();
+    assert_eq!(run.gpus_per_thread, Some(8));
+    assert_eq!(run.ranks(), Some(8));
+    assert_eq!(run.gpu(), Some("NVIDIA A100-SXM4-40GB"));
+    assert_eq!(run.rows.len(), 1);
+    assert_eq!(run.rows[0].bytes, 10_737_418_240);
+    assert_eq!(run.rows[0].out_of_place_us, 79751.0);
 }
 
 #[test]
@@ -45,6 +57,7 @@ fn tagged_mpi_output_with_the_test_name() {
 fn tables_cut_from_their_header_and_zero_byte_rows() {
     let run = parse_nccl_tests(&sample("h800-all-reduce-1x8.txt")).unwrap();
     assert_eq!(run.ranks(), None);
+    assert_eq!(run.gpus_per_thread, None);
     assert_eq!(run.rows.len(), 31);
     // all-to-all prints its smallest sizes as 0 bytes: nothing to fit.
     let run = parse_nccl_tests(&sample("h800-alltoall-4x8.txt")).unwrap();

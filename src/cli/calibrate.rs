@@ -255,11 +255,13 @@ fn read_nccl_tests(
             "{ranks} rank: a collective needs two or more to measure anything"
         ));
     }
+    let gpus_per_thread = run.gpus_per_thread.unwrap_or(1) as f64;
     let rows = run
         .rows
         .iter()
-        .map(|row| {
-            measured(
+        .map(|row| CollectiveMeasurement {
+            gpus_per_thread,
+            ..measured(
                 &file,
                 spec,
                 kind,
@@ -536,6 +538,8 @@ fn measured(
         bytes: bytes as f64,
         links: Links::of(&spec.cluster),
         seconds,
+        // A process per GPU, as a trace's training run has.
+        gpus_per_thread: 1.0,
         reported_degraded: false,
     }
 }

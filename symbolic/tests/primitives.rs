@@ -49,6 +49,11 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         k.nvls_efficiency,
         "NVLink SHARP efficiency",
     );
+    close(
+        c.launch_s,
+        k.launch_s,
+        "launch from a thread driving several GPUs",
+    );
     for (label, generation) in [
         ("ampere", GpuGeneration::Ampere),
         ("hopper", GpuGeneration::Hopper),
@@ -112,7 +117,14 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
             "attention (fused kernels)" => 0.13,
             kind if kind.starts_with("memory") => 0.10,
             kind if kind.contains("degraded") => 0.75,
-            _ => 0.45,
+            // Held out by the machine measured: each collective's rows come from 1-10 of
+            // them, most on a fabric of their own (`data/microbench/README.md`).
+            "collective: all_gather" => 0.17,
+            "collective: all_reduce" => 0.19,
+            "collective: alltoall" => 0.17,
+            "collective: reduce_scatter" => 0.09,
+            "collective: sendrecv" => 0.20,
+            kind => panic!("no bound for {kind}"),
         };
         assert!(median <= bound, "{}: held-out median {median}", score.kind);
     }
@@ -149,13 +161,13 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         // All-reduce across 4-16 nodes: the one set of NCCL parameters is 2-4 times slow on
         // small messages there and off by up to 76 % on large ones
         // (data/microbench/multinode/README.md). The bound keeps the miss from growing.
-        ("multinode", "collective: all_reduce", 146, 0.65),
+        ("multinode", "collective: all_reduce", 146, 0.54),
         // Two nodes of A100, H100 and H200 over InfiniBand, RoCE and EFA
-        // (data/microbench/two-nodes/README.md). The primitive misses what it lacks: the
-        // tree's bandwidth over two nodes (all-reduce) and a network latency per fabric (GCP
-        // A3 Ultra's small gathers run 2-5 times faster than the one fitted network step).
-        ("two-nodes", "collective: all_gather", 72, 1.25),
-        ("two-nodes", "collective: all_reduce", 128, 0.45),
+        // (data/microbench/two-nodes/README.md). The primitive misses what it lacks: a
+        // network latency and efficiency per fabric (GCP A3 Ultra's small gathers run 2-5
+        // times faster than the one fitted network step).
+        ("two-nodes", "collective: all_gather", 72, 0.68),
+        ("two-nodes", "collective: all_reduce", 128, 0.42),
         // The project's attention sweeps (SDPA's cuDNN and FlashAttention-2 backends, PyTorch
         // 2.11): the fit leaves them out (`MEASURED_DIRS`), and the published fit predicts
         // them within 10 % by median.
@@ -170,6 +182,38 @@ fn committed_primitives_are_the_fit_and_hold_out_of_it() {
         assert_eq!(score.rows, rows, "{folder}: {kind}");
         assert!(median <= bound, "{kind} on {folder}: median {median}");
     }
+}
+
+#[test]
+fn collective_rows_carry_their_harness_and_precision() {
+    let Ok(data) = load_fit_microbenchmarks(None) else {
+        eprintln!("skipped: the shared microbenchmarks are not here");
+        return;
+    };
+    let rows = |system: &str| {
+        data.collectives
+            .iter()
+            .filter(|r| r.system.starts_with(system))
+            .collect::<Vec<_>>()
+    };
+    // Together's sweeps ran one process driving the node's 8 GPUs (`-g 8`); XLA's table is
+    // one thread per device.
+    assert!(rows("single host gpu-dp-2jvzl")
+        .iter()
+        .all(|r| r.gpus_per_thread == 8.0));
+    assert!(rows("single host with 8 sm_90")
+        .iter()
+        .all(|r| r.gpus_per_thread == 1.0));
+    // stas00's all_reduce_bench.py prints bus bandwidth to two decimals: 0.01 and 0.02 GB/s
+    // across 4 nodes at 32 and 64 KiB are not measurements to fit.
+    let b200 = rows("AWS p6-b200");
+    assert_eq!(b200.len(), 48);
+    assert!(!b200.iter().any(|r| r.ranks == 32.0 && r.bytes <= 65536.0));
+    // OCI's first two-node sweep is scored apart; the page's later run on the same nodes is
+    // fitted.
+    let oci = rows("2x OCI BM.GPU4.8");
+    assert_eq!(oci.iter().filter(|r| r.reported_degraded).count(), 28);
+    assert_eq!(oci.iter().filter(|r| !r.reported_degraded).count(), 2);
 }
 
 #[test]

@@ -62,8 +62,17 @@ pub fn launch_cpu_scaled(
 /// `tessel plan SPEC --explain -o PLAN`'s output, after checking that `tessel plan SPEC --check
 /// PLAN` finds the plan it wrote current.
 pub fn plan_explained_and_current(spec: &str, plan: &str) -> String {
-    let shown = stdout(&tessel(&["plan", spec, "--explain", "-o", plan]));
-    let check = stdout(&tessel(&["plan", spec, "--check", plan]));
+    plan_explained_and_current_with(spec, plan, &[])
+}
+
+/// The same, with further `tessel plan` options (an objective) for the plan and its check.
+pub fn plan_explained_and_current_with(spec: &str, plan: &str, options: &[&str]) -> String {
+    let mut args = vec!["plan", spec, "--explain", "-o", plan];
+    args.extend_from_slice(options);
+    let shown = stdout(&tessel(&args));
+    let mut args = vec!["plan", spec, "--check", plan];
+    args.extend_from_slice(options);
+    let check = stdout(&tessel(&args));
     assert!(check.starts_with("current:"), "{check}");
     shown
 }

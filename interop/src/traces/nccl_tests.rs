@@ -39,6 +39,9 @@ pub struct NcclTestsRun {
     pub collective: Option<String>,
     /// The ranks under `# Using devices`; empty when the output was cut to its table.
     pub devices: Vec<NcclTestsDevice>,
+    /// GPUs each thread drives (`-g N`, printed as `nGpus N` in the first comment line), when
+    /// that line was kept.
+    pub gpus_per_thread: Option<u64>,
     pub rows: Vec<NcclTestsRow>,
 }
 
@@ -72,6 +75,7 @@ const LEADING_COLUMNS: [&str; 5] = ["size", "count", "type", "redop", "root"];
 pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, TraceError> {
     let mut collective = None;
     let mut devices = Vec::new();
+    let mut gpus_per_thread = None;
     let mut columns: Option<usize> = None;
     let mut rows = Vec::new();
     let mut last_line = 0;
@@ -93,6 +97,12 @@ pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, TraceError> {
                 })?);
             } else if let Some(count) = table_header(comment) {
                 columns = Some(count);
+            } else if comment.starts_with("nThread ") {
+                let mut words = comment.split_whitespace();
+                gpus_per_thread = words
+                    .find(|w| *w == "nGpus")
+                    .and_then(|_| words.next())
+                    .and_then(|n| n.parse().ok());
             }
             continue;
         }
@@ -158,6 +168,7 @@ pub fn parse_nccl_tests(text: &str) -> Result<NcclTestsRun, TraceError> {
     Ok(NcclTestsRun {
         collective,
         devices,
+        gpus_per_thread,
         rows,
     })
 }

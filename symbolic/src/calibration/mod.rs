@@ -223,7 +223,8 @@ mod tests {
     #[test]
     fn measurements_made_by_known_parameters_are_reproduced() {
         // A cluster whose NCCL is slower to start and less efficient across nodes than the
-        // committed fit: an all-reduce sweep over 16 ranks, 8 per node, and an 8-rank one.
+        // committed fit: an all-gather sweep over 16 ranks, 8 per node (a ring through the
+        // NICs), and an 8-rank all-reduce.
         let truth = CollectiveParams {
             call_latency_s: 50e-6,
             inter_efficiency: 0.6,
@@ -235,17 +236,21 @@ mod tests {
             multicast: false,
         };
         let mut rows = Vec::new();
-        for (ranks, per_node) in [(16.0, 8.0), (8.0, 8.0)] {
+        for (ranks, per_node, kind) in [
+            (16.0, 8.0, Collective::AllGather),
+            (8.0, 8.0, Collective::AllReduce),
+        ] {
             for power in (3..34).step_by(2) {
                 let mut row = CollectiveMeasurement {
                     source: format!("{ranks} ranks"),
                     system: "test".into(),
-                    kind: Collective::AllReduce,
+                    kind,
                     ranks,
                     per_node,
                     bytes: f64::from(2u32).powi(power),
                     links,
                     seconds: 1.0,
+                    gpus_per_thread: 1.0,
                     reported_degraded: false,
                 };
                 row.seconds = predict_collective(&row, &truth);

@@ -230,10 +230,10 @@ impl Program {
                     regs[dst as usize] = regs[a as usize] / regs[b as usize];
                 }
                 Instruction::Max { dst, a, b } => {
-                    regs[dst as usize] = regs[a as usize].max(regs[b as usize]);
+                    regs[dst as usize] = larger(regs[a as usize], regs[b as usize]);
                 }
                 Instruction::Min { dst, a, b } => {
-                    regs[dst as usize] = regs[a as usize].min(regs[b as usize]);
+                    regs[dst as usize] = smaller(regs[a as usize], regs[b as usize]);
                 }
                 Instruction::Ceil { dst, a } => {
                     regs[dst as usize] = regs[a as usize].ceil();
@@ -276,7 +276,7 @@ impl Program {
                     let operands = &self.operands[start as usize..(start + len) as usize];
                     let mut acc = f64::NEG_INFINITY;
                     for &reg in operands {
-                        acc = acc.max(regs[reg as usize]);
+                        acc = larger(acc, regs[reg as usize]);
                     }
                     regs[dst as usize] = acc;
                 }
@@ -284,12 +284,32 @@ impl Program {
                     let operands = &self.operands[start as usize..(start + len) as usize];
                     let mut acc = f64::INFINITY;
                     for &reg in operands {
-                        acc = acc.min(regs[reg as usize]);
+                        acc = smaller(acc, regs[reg as usize]);
                     }
                     regs[dst as usize] = acc;
                 }
             }
         }
+    }
+}
+
+/// `a.max(b)` for the finite values a program computes, without `f64::max`'s NaN handling.
+#[inline(always)]
+fn larger(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
+/// `a.min(b)` for finite values, as [`larger`].
+#[inline(always)]
+fn smaller(a: f64, b: f64) -> f64 {
+    if b < a {
+        b
+    } else {
+        a
     }
 }
 

@@ -4,13 +4,20 @@
 //! - Ring all-gather and reduce-scatter: `n − 1` steps, each rank sends `(n − 1)/n` of the
 //!   (whole) buffer. NCCL runs them only as rings, so a call over thousands of ranks pays
 //!   thousands of step latencies however small its buffer: the reason ZeRO-3's per-layer
-//!   gathers stop shrinking as a data-parallel group grows.
+//!   gathers stop shrinking as a data-parallel group grows. A ring's latency is the sum of its
+//!   hops' (the last chunk passes each in turn): a ring over `k` nodes crosses the network
+//!   `k` times a pass and NVLink the rest.
 //! - All-reduce: NCCL picks the faster of a ring (`2(n − 1)` steps, `2(n − 1)/n` of the buffer)
-//!   and, across nodes, a tree (a chain inside each node, a binary tree between nodes:
-//!   `2(g − 1 + ⌈log2 nodes⌉)` steps, the same bytes per rank: nccl-tests measure the same
-//!   bus bandwidth for both at large sizes).
+//!   and, across nodes, a tree (a chain inside each node, a double binary tree between nodes:
+//!   `2(g − 1)` NVLink steps and `2⌈log2 k⌉` network steps). Each of the two trees carries half
+//!   the buffer, so a node's NICs move `2(k − 1)/k` of it each way where a ring's move
+//!   `2(n − 1)/n`: half as much at two nodes, nearly the same at many; but each GPU of a
+//!   node's chain forwards the whole buffer up and back down, twice it over NVLink. Two-node
+//!   sweeps show both: bus bandwidths above the NICs' line rate, at the NVLink bound (OCI's
+//!   A100s 222.9 GB/s on 200 GB/s of NICs a node, GCP A3 Mega's H100s 339 on 225).
 //! - All-to-all: every rank exchanges `1/n` of its buffer with each peer, `n − 1` rounds of
-//!   paired sends; the bytes to peers in other nodes leave through the rank's own NIC.
+//!   paired sends, those with peers in other nodes waiting on the network; the bytes to peers
+//!   in other nodes leave through the rank's own NIC.
 //! - Point-to-point: one message.
 //! - NVLink SHARP (NCCL's NVLS), on the 8-GPU NVSwitch nodes of Hopper and Blackwell: an
 //!   all-reduce inside the node is reduced in the switch and multicast back, so each GPU's link
@@ -23,6 +30,10 @@
 //! `members_per_node × NIC` bandwidth, capped by the intra-node link. Each link reaches a
 //! calibrated fraction of its rate ([`CollectiveParams`]), and each call pays a fixed launch
 //! and synchronisation latency besides its steps.
+//!
+//! Launches: a benchmark that drives several GPUs from one host thread (nccl-tests' `-g N`)
+//! launches the call on each in turn, so no call is shorter than the launches
+//! ([`launched_by_one_thread`]); training runs one process per GPU and never pays this.
 //!
 //! Protocols: NCCL moves small buffers with its low-latency protocol (LL: every 8-byte store
 //! carries 4 bytes of data and a 4-byte flag the receiver polls, so a step costs little
@@ -141,24 +152,33 @@ pub struct CollectiveParams {
     /// messages. Calibration files written before it existed read the committed fit.
     #[serde(default = "committed_nvls_efficiency")]
     pub nvls_efficiency: f64,
+    /// One kernel launch by a host thread that drives several GPUs (nccl-tests' `-g N`): it
+    /// launches the call on each in turn. Training runs one process per GPU and never pays it.
+    #[serde(default = "committed_launch_s")]
+    pub launch_s: f64,
 }
 
 fn committed_nvls_efficiency() -> f64 {
     CollectiveParams::default().nvls_efficiency
 }
 
+fn committed_launch_s() -> f64 {
+    CollectiveParams::default().launch_s
+}
+
 impl Default for CollectiveParams {
     /// Fitted by `cargo run --release -p tessel-symbolic --example fit_primitives`.
     fn default() -> Self {
         CollectiveParams {
-            call_latency_s: 30.16e-6,
-            intra_step_s: 3.802e-6,
-            inter_step_s: 8.563e-6,
-            ll_intra_step_s: 0.6361e-6,
+            call_latency_s: 21.38e-6,
+            intra_step_s: 10.32e-6,
+            inter_step_s: 2.924e-6,
+            ll_intra_step_s: 1.083e-6,
             ll_inter_step_s: 30.0e-6,
-            intra_efficiency: 0.7812,
-            inter_efficiency: 0.8059,
-            nvls_efficiency: 0.5412,
+            intra_efficiency: 0.7789,
+            inter_efficiency: 0.7245,
+            nvls_efficiency: 0.5489,
+            launch_s: 1.966e-6,
         }
     }
 }
@@ -246,11 +266,12 @@ fn ring_rate_across<S: Scalar>(group: &Group<S>, links: &Links, params: &Collect
     (group.per_node.clone() * c(nic_rate(links, params))).min_of(c(intra_rate(links, params)))
 }
 
-/// A call's synchronisation steps: a ring's and, for an all-reduce, the tree NCCL may take
-/// across nodes instead (steps in the node's chain, levels between nodes).
-struct Steps<S> {
-    ring: S,
-    tree: Option<(S, S)>,
+/// One way NCCL can run a call: its latency-bound steps inside and between nodes, and the
+/// seconds its bytes take on its bottleneck link.
+struct Algorithm<S> {
+    intra_steps: S,
+    inter_steps: S,
+    wire: S,
 }
 
 /// Seconds of one call of `kind` on a buffer of `bytes` (nccl-tests' size: the whole gathered
@@ -263,34 +284,51 @@ pub fn collective_time<S: Scalar>(
     params: &CollectiveParams,
 ) -> S {
     let n = group.ranks.clone();
-    let buffer = bytes.clone();
+    let nodes = group.nodes();
     let crosses = group.crosses();
     let single = c::<S>(1.0) - crosses.clone();
     let intra_rate = intra_rate(links, params);
     let nic_rate = nic_rate(links, params);
+    let across = ring_rate_across(group, links, params);
     // Seconds per byte on the ring's bottleneck.
-    let per_byte = single.clone() * c(1.0 / intra_rate)
-        + crosses.clone() / ring_rate_across(group, links, params);
+    let per_byte = single.clone() * c(1.0 / intra_rate) + crosses.clone() / across.clone();
     let spread = (n.clone() - c(1.0)) / n.clone();
-    let ring = |steps: S| Steps {
-        ring: steps,
-        tree: None,
+    // A ring's latency is the sum of its hops': the last chunk passes each in turn, and its
+    // path around `nodes` node-contiguous blocks crosses between nodes `nodes` times a pass.
+    let ring = |passes: f64, wire: S| {
+        let steps = c::<S>(passes) * (n.clone() - c(1.0));
+        let crossings = crosses.clone() * nodes.clone() * c(passes);
+        Algorithm {
+            intra_steps: steps - crossings.clone(),
+            inter_steps: crossings,
+            wire,
+        }
     };
-    let (steps, wire) = match kind {
+    let algorithms = match kind {
         Collective::AllGather | Collective::ReduceScatter => {
-            (ring(n.clone() - c(1.0)), spread * bytes * per_byte)
+            vec![ring(1.0, spread * bytes.clone() * per_byte)]
         }
         Collective::AllReduce => {
-            // Across nodes NCCL's tree: a chain through the node, a binary tree between nodes.
-            let tree = (
-                c::<S>(2.0) * (group.per_node.clone() - c(1.0)),
-                c::<S>(2.0) * ceil_log2(group.nodes(), group.max_nodes),
-            );
-            let steps = Steps {
-                ring: c::<S>(2.0) * (n.clone() - c(1.0)),
-                tree: Some(tree),
+            // Across nodes NCCL's tree: a chain through each node and a double binary tree
+            // between nodes, each tree carrying half the buffer. A node's NICs then move
+            // 2(k − 1)/k of the buffer each way over k nodes where a ring's move 2(n − 1)/n:
+            // half as much at two nodes, nearly the same at many. Each GPU of a chain
+            // forwards both halves up (reduce) and back down (broadcast): twice the buffer
+            // over its NVLink, where a ring sends 2(n − 1)/n of it.
+            let node_spread = (nodes.clone() - c(1.0)) / nodes.clone();
+            let tree_wire = (c::<S>(2.0) * node_spread * bytes.clone() / across)
+                .max_of(bytes.clone() * c(2.0 / intra_rate));
+            let tree = Algorithm {
+                intra_steps: c::<S>(2.0) * (group.per_node.clone() - c(1.0)),
+                inter_steps: c::<S>(2.0) * ceil_log2(nodes.clone(), group.max_nodes),
+                // Inside one node there is no tree to take (a max, not a sum, so that the
+                // large constant never absorbs the wire's digits).
+                wire: tree_wire.max_of(single.clone() * c(UNAVAILABLE_S)),
             };
-            (steps, c::<S>(2.0) * spread * bytes * per_byte)
+            vec![
+                ring(2.0, c::<S>(2.0) * spread * bytes.clone() * per_byte),
+                tree,
+            ]
         }
         Collective::AllToAll => {
             // Peers in other nodes go through this rank's NIC, those in its node over NVLink,
@@ -298,40 +336,67 @@ pub fn collective_time<S: Scalar>(
             let off_node = (n.clone() - group.per_node.clone()) / n.clone();
             let on_node = (group.per_node.clone() - c(1.0)) / n.clone();
             let wire = (bytes.clone() * off_node * c(1.0 / nic_rate))
-                .max_of(bytes * on_node * c(1.0 / intra_rate));
-            (ring(n - c(1.0)), wire)
+                .max_of(bytes.clone() * on_node * c(1.0 / intra_rate));
+            // One round per peer: those with peers in other nodes wait on the network.
+            vec![Algorithm {
+                intra_steps: group.per_node.clone() - c(1.0),
+                inter_steps: n.clone() - group.per_node.clone(),
+                wire,
+            }]
         }
         Collective::SendRecv => {
             let rate = single.clone() * c(1.0 / intra_rate) + crosses.clone() * c(1.0 / nic_rate);
-            (ring(c(1.0)), bytes * rate)
-        }
-    };
-    let price = |intra: f64, inter: f64| {
-        // A ring's steps all run at the pace of its slowest hop.
-        let ring = steps.ring.clone() * (single.clone() * c(intra) + crosses.clone() * c(inter));
-        match &steps.tree {
-            None => ring,
-            Some((chain, levels)) => {
-                let tree = chain.clone() * c(intra) + levels.clone() * c(inter);
-                single.clone() * ring.clone() + crosses.clone() * ring.min_of(tree)
-            }
+            vec![Algorithm {
+                intra_steps: single.clone(),
+                inter_steps: crosses.clone(),
+                wire: bytes.clone() * rate,
+            }]
         }
     };
     // Bus bandwidth falls with message size because every step's latency is paid whatever
-    // the bytes; NCCL takes the cheaper protocol.
-    let simple = price(params.intra_step_s, params.inter_step_s) + wire.clone();
-    let low_latency = price(params.ll_intra_step_s, params.ll_inter_step_s)
-        + c::<S>(1.0 / LL_DATA_FRACTION) * wire;
-    let mut best = simple.min_of(low_latency);
+    // the bytes; NCCL takes the cheaper algorithm and protocol.
+    let protocols = [
+        (params.intra_step_s, params.inter_step_s, 1.0),
+        (
+            params.ll_intra_step_s,
+            params.ll_inter_step_s,
+            1.0 / LL_DATA_FRACTION,
+        ),
+    ];
+    let mut best: Option<S> = None;
+    for algorithm in &algorithms {
+        for &(intra, inter, wire_factor) in &protocols {
+            let time = algorithm.intra_steps.clone() * c(intra)
+                + algorithm.inter_steps.clone() * c(inter)
+                + algorithm.wire.clone() * c(wire_factor);
+            best = Some(match best {
+                None => time,
+                Some(best) => best.min_of(time),
+            });
+        }
+    }
+    let mut best = best.expect("every collective has an algorithm");
     if kind == Collective::AllReduce && links.multicast {
         // NVLink SHARP inside a node, under the Simple protocol: the switch reduces what the
         // GPUs load (one step) and multicasts what they store (another). Across nodes NCCL
         // pairs it with a tree (NVLS-tree), not modelled: such groups keep the ring and tree.
         let nvls = c::<S>(2.0 * params.intra_step_s)
-            + buffer / c(links.intra_bandwidth * params.nvls_efficiency);
+            + bytes / c(links.intra_bandwidth * params.nvls_efficiency);
         best = best.min_of(nvls + crosses * c(UNAVAILABLE_S));
     }
     c::<S>(params.call_latency_s) + best
+}
+
+/// Seconds of a call that one host thread launches on `gpus_per_thread` GPUs in turn
+/// (nccl-tests' `-g N`): no rank finishes before the last launch, so a call whose own time is
+/// shorter takes the launches' time.
+pub fn launched_by_one_thread<S: Scalar>(
+    call: S,
+    gpus_per_thread: f64,
+    params: &CollectiveParams,
+) -> S {
+    let launches = params.call_latency_s + (gpus_per_thread - 1.0).max(0.0) * params.launch_s;
+    call.max_of(c(launches))
 }
 
 /// Keeps an algorithm a group cannot run out of the minimum.
@@ -358,6 +423,7 @@ mod tests {
             intra_efficiency: 1.0,
             inter_efficiency: 1.0,
             nvls_efficiency: 0.6,
+            launch_s: 3e-6,
         }
     }
 
@@ -395,9 +461,12 @@ mod tests {
 
     #[test]
     fn small_gathers_over_thousands_of_ranks_are_latency_bound() {
+        // 192 nodes: the ring crosses the network 192 times and NVLink 1,343 times.
         let group = Group::placed(1536.0, 1.0, 8.0, 1024.0);
         let t = collective_time(Collective::AllGather, 1e6, &group, &LINKS, &params());
-        assert!(t > 1535.0 * 5e-6, "{t}");
+        let hops = 10e-6 + 192.0 * 5e-6 + 1343.0 * 1e-6;
+        let wire = 1535.0 / 1536.0 * 1e6 / (8.0 * 25e9);
+        assert!((t - (hops + wire)).abs() < 1e-12, "{t}");
         let small = Group::placed(16.0, 1.0, 8.0, 1024.0);
         let t16 = collective_time(Collective::AllGather, 1e6, &small, &LINKS, &params());
         assert!(t > 50.0 * t16, "{t} vs {t16}");
@@ -409,6 +478,43 @@ mod tests {
         let t = collective_time(Collective::AllReduce, 1024.0, &group, &LINKS, &params());
         let tree = 10e-6 + 2.0 * 10.0 * 5e-6;
         assert!((t - tree).abs() < 1e-7 + 2.0 * 1023.0 / 1024.0 * 1024.0 / 25e9);
+    }
+
+    #[test]
+    fn a_two_node_tree_moves_half_the_bytes_of_a_ring_over_the_network() {
+        let group = Group::placed(16.0, 1.0, 8.0, 1024.0);
+        let big = 16e9;
+        let t = collective_time(Collective::AllReduce, big, &group, &LINKS, &params());
+        // Half a ring's bytes through the NICs, twice the buffer through each GPU's NVLink:
+        // here NVLink binds.
+        let tree_wire = (big / (8.0 * 25e9)).max(2.0 * big / 300e9);
+        assert_eq!(tree_wire, 2.0 * big / 300e9);
+        let tree = 10e-6 + 14.0 * 1e-6 + 2.0 * 5e-6 + tree_wire;
+        assert!((t - tree).abs() < 1e-12, "{t} vs {tree}");
+        let ring_wire = 2.0 * 15.0 / 16.0 * big / (8.0 * 25e9);
+        assert!(t < 0.75 * ring_wire, "{t} vs {ring_wire}");
+        // Over many nodes the two move nearly the same bytes.
+        let many = Group::placed(1024.0, 1.0, 8.0, 1024.0);
+        let t = collective_time(Collective::AllReduce, big, &many, &LINKS, &params());
+        let ring_wire = 2.0 * 1023.0 / 1024.0 * big / (8.0 * 25e9);
+        assert!(
+            t > 0.99 * ring_wire && t < 1.01 * ring_wire,
+            "{t} vs {ring_wire}"
+        );
+    }
+
+    #[test]
+    fn one_thread_launching_eight_gpus_bounds_small_calls_only() {
+        let node = Group::placed(8.0, 1.0, 8.0, 1024.0);
+        let time =
+            |bytes: f64| collective_time(Collective::AllGather, bytes, &node, &LINKS, &params());
+        let small = launched_by_one_thread(time(1e3), 8.0, &params());
+        assert!((small - (10e-6 + 7.0 * 3e-6)).abs() < 1e-12, "{small}");
+        assert_eq!(launched_by_one_thread(time(1e3), 1.0, &params()), time(1e3));
+        assert_eq!(
+            launched_by_one_thread(time(1e10), 8.0, &params()),
+            time(1e10)
+        );
     }
 
     #[test]

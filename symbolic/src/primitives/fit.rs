@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 
 use super::attention::{attention_tflops, kernel_of_label, AttentionKernel, AttentionParams};
-use super::collective::{collective_time, Collective, CollectiveParams, Group};
+use super::collective::{
+    collective_time, launched_by_one_thread, Collective, CollectiveParams, Group,
+};
 use super::gemm::{gemm_time, GemmParams, POWER_CAPPED_GEMM_RATE};
 use super::microbench::{
     AttentionMeasurement, CollectiveMeasurement, GemmMeasurement, MemoryMeasurement,
@@ -71,7 +73,7 @@ pub fn minimize(loss: impl Fn(&[f64]) -> f64, start: &[f64], ranges: &[Range]) -
 fn source_weighted<T: Sourced>(rows: &[&T], error: impl Fn(&T) -> f64) -> f64 {
     let mut by_source: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
     for row in rows {
-        let entry = by_source.entry(row.source()).or_default();
+        let entry = by_source.entry(row.fit_unit()).or_default();
         entry.0 += error(row).abs();
         entry.1 += 1;
     }
@@ -92,15 +94,16 @@ pub fn relative_error(predicted: f64, measured: f64) -> f64 {
 
 // --- collectives ----------------------------------------------------------------------------
 
-pub const COLLECTIVE_RANGES: [Range; 8] = [
+pub const COLLECTIVE_RANGES: [Range; 9] = [
     range("call_latency_s", 1e-6, 60e-6),
-    range("intra_step_s", 0.2e-6, 10e-6),
+    range("intra_step_s", 0.2e-6, 20e-6),
     range("inter_step_s", 1e-6, 30e-6),
     range("ll_intra_step_s", 0.1e-6, 10e-6),
     range("ll_inter_step_s", 0.5e-6, 30e-6),
     range("intra_efficiency", 0.4, 0.95),
     range("inter_efficiency", 0.4, 0.98),
     range("nvls_efficiency", 0.3, 0.95),
+    range("launch_s", 0.5e-6, 10e-6),
 ];
 
 fn collective_params(x: &[f64]) -> CollectiveParams {
@@ -113,6 +116,7 @@ fn collective_params(x: &[f64]) -> CollectiveParams {
         intra_efficiency: x[5],
         inter_efficiency: x[6],
         nvls_efficiency: x[7],
+        launch_s: x[8],
     }
 }
 
@@ -127,6 +131,7 @@ pub fn collective_values(p: &CollectiveParams) -> Vec<f64> {
         p.intra_efficiency,
         p.inter_efficiency,
         p.nvls_efficiency,
+        p.launch_s,
     ]
 }
 
@@ -136,7 +141,8 @@ pub fn predict_collective(row: &CollectiveMeasurement, params: &CollectiveParams
         per_node: row.per_node,
         max_nodes: row.ranks,
     };
-    collective_time(row.kind, row.bytes, &group, &row.links, params)
+    let call = collective_time(row.kind, row.bytes, &group, &row.links, params);
+    launched_by_one_thread(call, row.gpus_per_thread, params)
 }
 
 /// The collectives' fit loss at parameters `x` (in [`COLLECTIVE_RANGES`]' order).
@@ -369,11 +375,26 @@ trait Sourced {
     fn held_out_unit(&self) -> &str {
         self.source()
     }
+
+    /// The unit the fit weighs alike: the source, or the system its files all measured.
+    fn fit_unit(&self) -> &str {
+        self.source()
+    }
 }
 
+/// Collectives are held out and weighed by the system measured: a sweep published as one
+/// file per collective (Together's, xxrjun's) is one measurement of one machine.
 impl Sourced for CollectiveMeasurement {
     fn source(&self) -> &str {
         &self.source
+    }
+
+    fn held_out_unit(&self) -> &str {
+        &self.system
+    }
+
+    fn fit_unit(&self) -> &str {
+        &self.system
     }
 }
 

@@ -25,8 +25,12 @@ pub struct CollectiveMeasurement {
     pub bytes: f64,
     pub links: Links,
     pub seconds: f64,
+    /// GPUs one host thread launched the call on: nccl-tests' `-g N`; 1 where each GPU has
+    /// its own process, as in training.
+    pub gpus_per_thread: f64,
     /// Posted as a performance problem (a GitHub issue reporting a system below its
-    /// expected rate): scored, never fitted.
+    /// expected rate), or replaced by its source's own later run on the same machines:
+    /// scored, never fitted.
     pub reported_degraded: bool,
 }
 
@@ -38,6 +42,14 @@ const DEGRADED_REPORTS: [&str; 4] = [
     "NVIDIA/nccl-tests issue #232",
     "NVIDIA/nccl-tests issue #290",
 ];
+
+/// Runs their own source replaced (the copy it was read from, the machines): Oracle Japan's
+/// GPU-cluster tutorial first printed a 2-node all-reduce sweep at 71.5 GB/s of bus bandwidth
+/// (the Horovod page, 64 B-8 GiB); its later version runs the same two BM.GPU4.8 nodes again
+/// after updating the container's NCCL to 2.15.5 and measures 222.9 GB/s at 10 GiB
+/// (`data/microbench/README.md`).
+const SUPERSEDED_RUNS: [(&str, &str); 1] =
+    [("search-index file id 7310580171", "2x OCI BM.GPU4.8")];
 
 /// Measurements published in more than one repository: the file that holds them, and the one
 /// measurement its copies are. OpenXLA's `sm_90` matmul table is read from its tensorflow copy
@@ -326,9 +338,16 @@ fn collective(row: &Row) -> Option<CollectiveMeasurement> {
     let seconds = match row.number("time_us") {
         Some(us) if us > 0.0 => us * 1e-6,
         _ => {
-            let algbw = row
-                .number("algbw_gbps")
-                .or_else(|| row.number("busbw_gbps").map(|b| b / kind.bus_factor(ranks)))?;
+            let (column, factor) = if row.number("algbw_gbps").is_some() {
+                ("algbw_gbps", 1.0)
+            } else {
+                ("busbw_gbps", kind.bus_factor(ranks))
+            };
+            // A rate printed to one significant digit (`0.01`) is only known to ±5-50 %.
+            if significant_digits(row.get(column)) < 2 {
+                return None;
+            }
+            let algbw = row.number(column)? / factor;
             if algbw <= 0.0 {
                 return None;
             }
@@ -337,7 +356,10 @@ fn collective(row: &Row) -> Option<CollectiveMeasurement> {
     };
     let source = row.get("source").to_string();
     Some(CollectiveMeasurement {
-        reported_degraded: DEGRADED_REPORTS.iter().any(|r| source.starts_with(r)),
+        reported_degraded: DEGRADED_REPORTS.iter().any(|r| source.starts_with(r))
+            || SUPERSEDED_RUNS
+                .iter()
+                .any(|(run, machines)| source.contains(run) && system.starts_with(machines)),
         source,
         system,
         kind,
@@ -346,7 +368,30 @@ fn collective(row: &Row) -> Option<CollectiveMeasurement> {
         bytes,
         links,
         seconds,
+        gpus_per_thread: gpus_per_thread(row),
     })
+}
+
+/// Significant digits of a number as printed: `0.01` has one, `1.20` three.
+fn significant_digits(printed: &str) -> usize {
+    printed
+        .chars()
+        .filter(char::is_ascii_digit)
+        .skip_while(|d| *d == '0')
+        .count()
+}
+
+/// nccl-tests' `-g N` where a row's system, library or table states it, else 1.
+fn gpus_per_thread(row: &Row) -> f64 {
+    ["system", "library", "table"]
+        .iter()
+        .find_map(|column| {
+            let text = row.get(column);
+            let mut words = text.split(|c: char| c.is_whitespace() || c == ';' || c == ',');
+            words.find(|w| *w == "-g")?;
+            words.next()?.parse::<f64>().ok()
+        })
+        .unwrap_or(1.0)
 }
 
 /// Dense fp16/bf16 peak and datasheet HBM bandwidth of the GPUs in the data (NVIDIA
