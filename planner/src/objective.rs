@@ -48,6 +48,11 @@ impl Objective {
         }
     }
 
+    /// The highest rank that still ties with a best rank of `best` ([`Objective::near_tie`]).
+    pub fn tie_limit(self, best: f64) -> f64 {
+        best * (1.0 + self.near_tie())
+    }
+
     /// The command line's word for it.
     pub fn name(self) -> &'static str {
         match self {
@@ -119,9 +124,9 @@ impl<'a> RankingFactor<'a> {
         factor
     }
 
-    /// The margin within which configurations tie under this ranking ([`Objective::near_tie`]).
-    pub fn near_tie(&self) -> f64 {
-        self.objective.near_tie()
+    /// The highest rank that still ties with `best` under this ranking ([`Objective::tie_limit`]).
+    pub fn tie_limit(&self, best: f64) -> f64 {
+        self.objective.tie_limit(best)
     }
 
     /// A factor no option of `outer` goes below, for bounds.

@@ -172,7 +172,7 @@ pub fn plan(
     finalists.sort_by(|a, b| a.1.total_cmp(&b.1));
     // Plans tied with the best rank within the objective's margin are told apart by their
     // expected step time.
-    let limit = finalists[0].1 * (1.0 + options.objective.near_tie());
+    let limit = options.objective.tie_limit(finalists[0].1);
     let chosen = (0..finalists.len())
         .take_while(|&i| finalists[i].1 <= limit)
         .min_by(|&a, &b| {

@@ -331,13 +331,13 @@ const BOUND_TOLERANCE: f64 = 1e-9;
 /// The rank a configuration must reach to stay in the search: the `keep`-th best known, or,
 /// when higher, the best known raised by the ranking's near-tie margin, so that every
 /// configuration tied with the best is found whatever `keep` is.
-fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize, near_tie: f64) -> f64 {
+fn threshold(known: &BTreeMap<OuterConfig, f64>, keep: usize, ranking: &RankingFactor) -> f64 {
     let mut values: Vec<f64> = known.values().copied().collect();
     values.sort_by(f64::total_cmp);
     let kept = values.get(keep - 1).copied().unwrap_or(f64::INFINITY);
     values
         .first()
-        .map_or(kept, |best| kept.max(best * (1.0 + near_tie)))
+        .map_or(kept, |&best| kept.max(ranking.tie_limit(best)))
 }
 
 /// Whether any stage offloads to the host, which decides a configuration's ranking factor.
@@ -402,7 +402,7 @@ pub fn search(
     let mut solved: Vec<Solved> = Vec::new();
     let mut next = 0;
     while next < candidates.len() {
-        let bound = threshold(&known, keep, ranking.near_tie());
+        let bound = threshold(&known, keep, ranking);
         let end = candidates[next..]
             .iter()
             .take(BATCH)
@@ -428,7 +428,7 @@ pub fn search(
         for even in evens.iter().flatten() {
             known.insert(even.outer, even.ranked_s);
         }
-        let bound = threshold(&known, keep, ranking.near_tie());
+        let bound = threshold(&known, keep, ranking);
         let outcomes: Vec<Option<InnerOutcome>> = refined
             .par_iter()
             .map(|r| {
@@ -516,7 +516,7 @@ pub fn search(
     stats.pruned_bound += (candidates.len() - next) as u64;
     solved.sort_by(total_order);
     let tied = solved.first().map_or(0, |best| {
-        let limit = best.ranked_s * (1.0 + ranking.near_tie());
+        let limit = ranking.tie_limit(best.ranked_s);
         solved.iter().take_while(|s| s.ranked_s <= limit).count()
     });
     solved.truncate(keep.max(tied));
