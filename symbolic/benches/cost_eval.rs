@@ -227,8 +227,9 @@ fn main() {
         staged.bindings.len()
     );
     println!(
-        "stage costs through the compiled program ({} instructions): {compiled_per_second:.0}/s",
-        model.program().map_or(0, |p| p.num_instructions())
+        "stage costs through the compiled program ({} instructions in {} runs): {compiled_per_second:.0}/s",
+        model.program().map_or(0, |p| p.num_instructions()),
+        model.program().map_or(0, |p| p.num_runs())
     );
     println!(
         "whole steps ({} devices' stage costs, step time and peak memory): {steps_per_second:.0}/s",

@@ -105,6 +105,26 @@ fn shared_subexpressions_are_computed_once() {
 }
 
 #[test]
+fn instructions_of_one_operation_run_together() {
+    // Written interleaved: sum, product, sum, product, then a max of all four. Scheduled: the
+    // two sums, the two products, the max (three runs, three dispatches).
+    let (a, b, c, d) = (s("a"), s("b"), s("c"), s("d"));
+    let outputs = [
+        a.clone() + b.clone(),
+        a.clone() * b.clone(),
+        c.clone() + d.clone(),
+        c.clone() * d.clone(),
+        Expr::max([a.clone() + b.clone(), a * b, c.clone() + d.clone(), c * d]),
+    ];
+    let program = compile(&outputs, &["a", "b", "c", "d"]);
+    assert_eq!(program.num_instructions(), 5);
+    assert_eq!(program.num_runs(), 3);
+    let mut out = [0.0; 5];
+    program.eval(&[1.0, 2.0, 3.0, 4.0], &mut out);
+    assert_eq!(out, [3.0, 2.0, 7.0, 12.0, 12.0]);
+}
+
+#[test]
 fn scratch_is_reused_without_growing() {
     let program = compile(
         &[
@@ -156,5 +176,6 @@ fn reports_its_shape() {
     assert_eq!(program.num_outputs(), 2);
     assert_eq!(program.num_instructions(), 2);
     assert_eq!(program.slots(), slots(&["a", "b", "unused"]).as_slice());
-    assert_eq!(program.num_registers(), 5);
+    // Three inputs and two computed values, rounded up to a power of two.
+    assert_eq!(program.num_registers(), 8);
 }

@@ -1,11 +1,12 @@
 //! Evaluation of a program over many input vectors at once.
 //!
-//! Registers hold one value per lane (`LANES` candidates side by side), so each instruction is
-//! dispatched once per group of candidates and its arithmetic runs over a fixed-size array the
-//! compiler can vectorise. Every lane performs exactly the operations of the scalar evaluation,
-//! in the same order, so the results are bit-for-bit those of [`Program::eval_into`].
+//! Registers hold one value per lane (`LANES` candidates side by side), and the scalar
+//! interpreter (`Program::run`) runs over them: each run of instructions is dispatched once per
+//! group of candidates and its arithmetic runs over a fixed-size array the compiler can
+//! vectorise. Every lane performs exactly the operations of the scalar evaluation, in the same
+//! order, so the results are bit-for-bit those of [`Program::eval_into`].
 
-use super::program::{Instruction, Program};
+use super::program::{Program, Register};
 
 /// Candidates evaluated side by side.
 const LANES: usize = 8;
@@ -24,20 +25,29 @@ impl BatchScratch {
     }
 }
 
-fn map1(a: &Lanes, f: impl Fn(f64) -> f64) -> Lanes {
-    let mut out = [0.0; LANES];
-    for (o, &x) in out.iter_mut().zip(a) {
-        *o = f(x);
+impl Register for Lanes {
+    #[inline(always)]
+    fn splat(value: f64) -> Self {
+        [value; LANES]
     }
-    out
-}
 
-fn map2(a: &Lanes, b: &Lanes, f: impl Fn(f64, f64) -> f64) -> Lanes {
-    let mut out = [0.0; LANES];
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = f(x, y);
+    #[inline(always)]
+    fn map(self, f: impl Fn(f64) -> f64) -> Self {
+        let mut out = self;
+        for value in &mut out {
+            *value = f(*value);
+        }
+        out
     }
-    out
+
+    #[inline(always)]
+    fn zip(self, other: Self, f: impl Fn(f64, f64) -> f64) -> Self {
+        let mut out = [0.0; LANES];
+        for ((o, x), y) in out.iter_mut().zip(self).zip(other) {
+            *o = f(x, y);
+        }
+        out
+    }
 }
 
 impl Program {
@@ -89,7 +99,7 @@ impl Program {
                     *value = inputs[candidate * num_inputs + slot];
                 }
             }
-            self.run_lanes(regs);
+            self.run(regs);
             for lane in 0..lanes {
                 let row = &mut outputs[(first + lane) * num_outputs..][..num_outputs];
                 for (out, &reg) in row.iter_mut().zip(&self.outputs) {
@@ -97,79 +107,6 @@ impl Program {
                 }
             }
             first += lanes;
-        }
-    }
-
-    fn run_lanes(&self, regs: &mut [Lanes]) {
-        for instruction in &self.instructions {
-            match *instruction {
-                Instruction::Add { dst, a, b } => {
-                    regs[dst as usize] = map2(&regs[a as usize], &regs[b as usize], |x, y| x + y);
-                }
-                Instruction::Mul { dst, a, b } => {
-                    regs[dst as usize] = map2(&regs[a as usize], &regs[b as usize], |x, y| x * y);
-                }
-                Instruction::Div { dst, a, b } => {
-                    regs[dst as usize] = map2(&regs[a as usize], &regs[b as usize], |x, y| x / y);
-                }
-                Instruction::Max { dst, a, b } => {
-                    regs[dst as usize] = map2(&regs[a as usize], &regs[b as usize], f64::max);
-                }
-                Instruction::Min { dst, a, b } => {
-                    regs[dst as usize] = map2(&regs[a as usize], &regs[b as usize], f64::min);
-                }
-                Instruction::Ceil { dst, a } => {
-                    regs[dst as usize] = map1(&regs[a as usize], f64::ceil);
-                }
-                Instruction::Affine {
-                    dst,
-                    a,
-                    scale,
-                    bias,
-                } => {
-                    regs[dst as usize] = map1(&regs[a as usize], |x| scale * x + bias);
-                }
-                Instruction::Linear {
-                    dst,
-                    start,
-                    len,
-                    bias,
-                } => {
-                    let mut acc = [bias; LANES];
-                    for term in &self.terms[start as usize..(start + len) as usize] {
-                        acc = map2(&acc, &regs[term.reg as usize], |sum, x| {
-                            sum + term.weight * x
-                        });
-                    }
-                    regs[dst as usize] = acc;
-                }
-                Instruction::Product {
-                    dst,
-                    start,
-                    len,
-                    scale,
-                } => {
-                    let mut acc = [scale; LANES];
-                    for &reg in &self.operands[start as usize..(start + len) as usize] {
-                        acc = map2(&acc, &regs[reg as usize], |p, x| p * x);
-                    }
-                    regs[dst as usize] = acc;
-                }
-                Instruction::MaxN { dst, start, len } => {
-                    let mut acc = [f64::NEG_INFINITY; LANES];
-                    for &reg in &self.operands[start as usize..(start + len) as usize] {
-                        acc = map2(&acc, &regs[reg as usize], f64::max);
-                    }
-                    regs[dst as usize] = acc;
-                }
-                Instruction::MinN { dst, start, len } => {
-                    let mut acc = [f64::INFINITY; LANES];
-                    for &reg in &self.operands[start as usize..(start + len) as usize] {
-                        acc = map2(&acc, &regs[reg as usize], f64::min);
-                    }
-                    regs[dst as usize] = acc;
-                }
-            }
         }
     }
 }

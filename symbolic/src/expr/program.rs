@@ -1,14 +1,22 @@
 //! Compilation of expressions to a flat register program, the planner's hot path.
 //!
 //! All outputs are simplified, hash-consed into one DAG (so a subexpression shared by several
-//! outputs is computed once) and lowered to a list of instructions over a single `f64` register
-//! array laid out as `[inputs | constants | one register per computed node]`. Each DAG node is
-//! one instruction; n-ary sums with weights, products with a scale and max/min read their
-//! operand lists from side tables, and the common small shapes (`a + b`, `a*b`, `k*a + c`)
-//! have their own instructions so they skip the operand-list loop. Evaluation copies the inputs
-//! and constants into the registers, runs the instructions in order and reads the outputs; with
-//! a caller-kept scratch buffer it allocates nothing.
+//! outputs is computed once) and lowered to instructions over a single register array laid out
+//! as `[inputs | constants | one register per computed node]`. Each DAG node is one
+//! instruction; n-ary sums with weights, products with a scale and max/min read their operand
+//! lists from side tables, and the common small shapes (`a + b`, `a*b`, `k*a + c`) have their
+//! own operations so they skip the operand-list loop.
+//!
+//! Instructions are scheduled into runs of one operation (a topological order that keeps each
+//! operation going while it has ready nodes), and each operation keeps its operands in a table
+//! of its own: the interpreter dispatches once per run and then loops over plain records, which
+//! on the cost model's programs (590 instructions in 94 runs) is about 1.5× faster than
+//! dispatching every instruction. The register array's length is a power of two and indices are
+//! masked by it, so the loops carry no bounds checks and no `unsafe`. Evaluation copies the
+//! inputs and constants into the registers, runs the instructions and reads the outputs; with a
+//! caller-kept scratch buffer it allocates nothing.
 
+use std::collections::VecDeque;
 use std::fmt;
 
 use super::dag::{Dag, Node, NodeId};
@@ -48,77 +56,110 @@ impl fmt::Display for CompileError {
 
 impl std::error::Error for CompileError {}
 
-/// One instruction. Register operands are indices into the register array; `start..start+len`
-/// index the program's operand (or term) table.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Instruction {
-    Add {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Mul {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Div {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Max {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Min {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Ceil {
-        dst: u32,
-        a: u32,
-    },
+/// The operation of a run of instructions. Each reads its operands from one record table:
+/// `Add`..`Min` from [`Binary`], `Ceil` from [`Unary`], `Affine` from [`AffineRecord`], and
+/// the n-ary ones from [`Gather`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Op {
+    Add,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Ceil,
     /// `scale*a + bias`.
-    Affine {
-        dst: u32,
-        a: u32,
-        scale: f64,
-        bias: f64,
-    },
+    Affine,
     /// `bias + Σ weight·register` over `terms[start..start+len]`.
-    Linear {
-        dst: u32,
-        start: u32,
-        len: u32,
-        bias: f64,
-    },
+    Linear,
     /// `scale · Π register` over `operands[start..start+len]`.
-    Product {
-        dst: u32,
-        start: u32,
-        len: u32,
-        scale: f64,
-    },
-    MaxN {
-        dst: u32,
-        start: u32,
-        len: u32,
-    },
-    MinN {
-        dst: u32,
-        start: u32,
-        len: u32,
-    },
+    Product,
+    MaxN,
+    MinN,
+}
+
+impl Op {
+    const ALL: [Op; 11] = [
+        Op::Add,
+        Op::Mul,
+        Op::Div,
+        Op::Max,
+        Op::Min,
+        Op::Ceil,
+        Op::Affine,
+        Op::Linear,
+        Op::Product,
+        Op::MaxN,
+        Op::MinN,
+    ];
+}
+
+/// `len` consecutive instructions of one operation, taken in order from its record table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Run {
+    op: Op,
+    len: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Binary {
+    dst: u32,
+    a: u32,
+    b: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Unary {
+    dst: u32,
+    a: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AffineRecord {
+    dst: u32,
+    a: u32,
+    scale: f64,
+    bias: f64,
+}
+
+/// An n-ary instruction: its operands are `start..start+len` of the term table (`Linear`) or
+/// the operand table (the others); `init` is the bias, the scale, or the identity of max/min.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Gather {
+    dst: u32,
+    start: u32,
+    len: u32,
+    init: f64,
 }
 
 /// A weighted operand of a `Linear` instruction.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Term {
-    pub(super) weight: f64,
-    pub(super) reg: u32,
+struct Term {
+    weight: f64,
+    reg: u32,
+}
+
+/// What a register holds while a program runs: one value, or one per candidate of a batch.
+pub(super) trait Register: Copy {
+    fn splat(value: f64) -> Self;
+    fn map(self, f: impl Fn(f64) -> f64) -> Self;
+    fn zip(self, other: Self, f: impl Fn(f64, f64) -> f64) -> Self;
+}
+
+impl Register for f64 {
+    #[inline(always)]
+    fn splat(value: f64) -> Self {
+        value
+    }
+
+    #[inline(always)]
+    fn map(self, f: impl Fn(f64) -> f64) -> Self {
+        f(self)
+    }
+
+    #[inline(always)]
+    fn zip(self, other: Self, f: impl Fn(f64, f64) -> f64) -> Self {
+        f(self, other)
+    }
 }
 
 /// Expressions compiled for fast repeated evaluation over a fixed list of input slots.
@@ -129,10 +170,15 @@ pub(super) struct Term {
 pub struct Program {
     pub(super) slots: Vec<Symbol>,
     pub(super) constants: Vec<f64>,
-    pub(super) instructions: Vec<Instruction>,
-    pub(super) operands: Vec<u32>,
-    pub(super) terms: Vec<Term>,
+    runs: Vec<Run>,
+    binary: Vec<Binary>,
+    unary: Vec<Unary>,
+    affine: Vec<AffineRecord>,
+    gather: Vec<Gather>,
+    operands: Vec<u32>,
+    terms: Vec<Term>,
     pub(super) outputs: Vec<u32>,
+    /// A power of two, so that masking an index by it keeps it in bounds.
     pub(super) num_registers: usize,
 }
 
@@ -167,10 +213,17 @@ impl Program {
 
     /// Instructions one evaluation runs (after sharing and constant folding).
     pub fn num_instructions(&self) -> usize {
-        self.instructions.len()
+        self.binary.len() + self.unary.len() + self.affine.len() + self.gather.len()
     }
 
-    /// Size of the register array (inputs, constants and computed values).
+    /// Runs of one operation the instructions are scheduled into: the interpreter's
+    /// dispatches per evaluation.
+    pub fn num_runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Size of the register array: inputs, constants and computed values, rounded up to a
+    /// power of two.
     pub fn num_registers(&self) -> usize {
         self.num_registers
     }
@@ -217,80 +270,103 @@ impl Program {
         }
     }
 
-    fn run(&self, regs: &mut [f64]) {
-        for instruction in &self.instructions {
-            match *instruction {
-                Instruction::Add { dst, a, b } => {
-                    regs[dst as usize] = regs[a as usize] + regs[b as usize];
-                }
-                Instruction::Mul { dst, a, b } => {
-                    regs[dst as usize] = regs[a as usize] * regs[b as usize];
-                }
-                Instruction::Div { dst, a, b } => {
-                    regs[dst as usize] = regs[a as usize] / regs[b as usize];
-                }
-                Instruction::Max { dst, a, b } => {
-                    regs[dst as usize] = larger(regs[a as usize], regs[b as usize]);
-                }
-                Instruction::Min { dst, a, b } => {
-                    regs[dst as usize] = smaller(regs[a as usize], regs[b as usize]);
-                }
-                Instruction::Ceil { dst, a } => {
-                    regs[dst as usize] = regs[a as usize].ceil();
-                }
-                Instruction::Affine {
-                    dst,
-                    a,
-                    scale,
-                    bias,
-                } => {
-                    regs[dst as usize] = scale * regs[a as usize] + bias;
-                }
-                Instruction::Linear {
-                    dst,
-                    start,
-                    len,
-                    bias,
-                } => {
-                    let terms = &self.terms[start as usize..(start + len) as usize];
-                    let mut acc = bias;
-                    for term in terms {
-                        acc += term.weight * regs[term.reg as usize];
+    /// Runs every instruction over `regs` (inputs and constants already in place), whose
+    /// length is [`Program::num_registers`]. Register indices are masked by that power of two,
+    /// which leaves them unchanged and lets the compiler drop the bounds checks.
+    pub(super) fn run<R: Register>(&self, regs: &mut [R]) {
+        assert!(regs.len() == self.num_registers && regs.len().is_power_of_two());
+        let mask = regs.len() - 1;
+        let at = |reg: u32| reg as usize & mask;
+        let (mut binary, mut unary, mut affine, mut gather) = (0, 0, 0, 0);
+        for run in &self.runs {
+            let len = run.len as usize;
+            match run.op {
+                Op::Add | Op::Mul | Op::Div | Op::Max | Op::Min => {
+                    let records = take(&self.binary, &mut binary, len);
+                    match run.op {
+                        Op::Add => combine_pairs(records, regs, |x, y| x + y),
+                        Op::Mul => combine_pairs(records, regs, |x, y| x * y),
+                        Op::Div => combine_pairs(records, regs, |x, y| x / y),
+                        Op::Max => combine_pairs(records, regs, larger),
+                        _ => combine_pairs(records, regs, smaller),
                     }
-                    regs[dst as usize] = acc;
                 }
-                Instruction::Product {
-                    dst,
-                    start,
-                    len,
-                    scale,
-                } => {
-                    let operands = &self.operands[start as usize..(start + len) as usize];
-                    let mut acc = scale;
-                    for &reg in operands {
-                        acc *= regs[reg as usize];
+                Op::Ceil => {
+                    for i in take(&self.unary, &mut unary, len) {
+                        regs[at(i.dst)] = regs[at(i.a)].map(f64::ceil);
                     }
-                    regs[dst as usize] = acc;
                 }
-                Instruction::MaxN { dst, start, len } => {
-                    let operands = &self.operands[start as usize..(start + len) as usize];
-                    let mut acc = f64::NEG_INFINITY;
-                    for &reg in operands {
-                        acc = larger(acc, regs[reg as usize]);
+                Op::Affine => {
+                    for i in take(&self.affine, &mut affine, len) {
+                        regs[at(i.dst)] = regs[at(i.a)].map(|x| i.scale * x + i.bias);
                     }
-                    regs[dst as usize] = acc;
                 }
-                Instruction::MinN { dst, start, len } => {
-                    let operands = &self.operands[start as usize..(start + len) as usize];
-                    let mut acc = f64::INFINITY;
-                    for &reg in operands {
-                        acc = smaller(acc, regs[reg as usize]);
+                Op::Linear => {
+                    for i in take(&self.gather, &mut gather, len) {
+                        let mut acc = R::splat(i.init);
+                        for term in &self.terms[i.range()] {
+                            acc = acc.zip(regs[at(term.reg)], |sum, x| sum + term.weight * x);
+                        }
+                        regs[at(i.dst)] = acc;
                     }
-                    regs[dst as usize] = acc;
+                }
+                Op::Product | Op::MaxN | Op::MinN => {
+                    let records = take(&self.gather, &mut gather, len);
+                    let operands = &self.operands;
+                    match run.op {
+                        Op::Product => fold_operands(records, operands, regs, |p, x| p * x),
+                        Op::MaxN => fold_operands(records, operands, regs, larger),
+                        _ => fold_operands(records, operands, regs, smaller),
+                    }
                 }
             }
         }
     }
+}
+
+impl Gather {
+    fn range(&self) -> std::ops::Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+}
+
+/// `dst = f(a, b)` for each record; `regs.len()` is a power of two (see [`Program::run`]).
+#[inline(always)]
+fn combine_pairs<R: Register>(
+    records: &[Binary],
+    regs: &mut [R],
+    f: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    let mask = regs.len() - 1;
+    for i in records {
+        let (a, b) = (regs[i.a as usize & mask], regs[i.b as usize & mask]);
+        regs[i.dst as usize & mask] = a.zip(b, f);
+    }
+}
+
+/// `dst = f(…f(f(init, r₁), r₂)…)` over each record's operands.
+#[inline(always)]
+fn fold_operands<R: Register>(
+    records: &[Gather],
+    operands: &[u32],
+    regs: &mut [R],
+    f: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    let mask = regs.len() - 1;
+    for i in records {
+        let mut acc = R::splat(i.init);
+        for &reg in &operands[i.range()] {
+            acc = acc.zip(regs[reg as usize & mask], f);
+        }
+        regs[i.dst as usize & mask] = acc;
+    }
+}
+
+/// The next `len` records of a table, from `next` on.
+fn take<'a, T>(records: &'a [T], next: &mut usize, len: usize) -> &'a [T] {
+    let taken = &records[*next..*next + len];
+    *next += len;
+    taken
 }
 
 /// `a.max(b)` for the finite values a program computes, without `f64::max`'s NaN handling.
@@ -318,7 +394,10 @@ struct Emitter<'a> {
     dag: &'a Dag,
     /// Register of each reachable node (every operand of a reachable node is reachable).
     register: Vec<u32>,
-    instructions: Vec<Instruction>,
+    binary: Vec<Binary>,
+    unary: Vec<Unary>,
+    affine: Vec<AffineRecord>,
+    gather: Vec<Gather>,
     operands: Vec<u32>,
     terms: Vec<Term>,
 }
@@ -327,12 +406,43 @@ fn to_u32(value: usize) -> Result<u32, CompileError> {
     u32::try_from(value).map_err(|_| CompileError::TooLarge { count: value })
 }
 
+/// The operation a computed node lowers to; `None` for inputs and constants.
+fn op_of(node: &Node) -> Option<Op> {
+    Some(match node {
+        Node::Const(_) | Node::Input(_) => return None,
+        Node::Linear { bias, terms } => match terms.as_slice() {
+            [_] => Op::Affine,
+            [(wa, _), (wb, _)]
+                if f64::from_bits(*bias) == 0.0
+                    && f64::from_bits(*wa) == 1.0
+                    && f64::from_bits(*wb) == 1.0 =>
+            {
+                Op::Add
+            }
+            _ => Op::Linear,
+        },
+        Node::Product { scale, factors } => match factors.as_slice() {
+            [_, _] if f64::from_bits(*scale) == 1.0 => Op::Mul,
+            _ => Op::Product,
+        },
+        Node::Div(..) => Op::Div,
+        Node::Max(items) if items.len() == 2 => Op::Max,
+        Node::Max(_) => Op::MaxN,
+        Node::Min(items) if items.len() == 2 => Op::Min,
+        Node::Min(_) => Op::MinN,
+        Node::Ceil(_) => Op::Ceil,
+    })
+}
+
 impl<'a> Emitter<'a> {
     fn new(dag: &'a Dag) -> Self {
         Emitter {
             dag,
             register: vec![u32::MAX; dag.nodes.len()],
-            instructions: Vec::new(),
+            binary: Vec::new(),
+            unary: Vec::new(),
+            affine: Vec::new(),
+            gather: Vec::new(),
             operands: Vec::new(),
             terms: Vec::new(),
         }
@@ -341,8 +451,8 @@ impl<'a> Emitter<'a> {
     fn emit(mut self, roots: &[NodeId], slots: &[Symbol]) -> Result<Program, CompileError> {
         let reachable = self.reachable(roots);
 
-        // Inputs sit at their slot; constants follow, then computed values in DAG order,
-        // which is a topological order.
+        // Inputs sit at their slot; constants follow, then computed values in the order
+        // they run.
         let mut constants = Vec::new();
         for (id, node) in self.dag.nodes.iter().enumerate() {
             if !reachable[id] {
@@ -357,28 +467,77 @@ impl<'a> Emitter<'a> {
                 _ => {}
             }
         }
-        let mut num_registers = slots.len() + constants.len();
-        let mut computed = Vec::new();
-        for (id, node) in self.dag.nodes.iter().enumerate() {
-            if reachable[id] && !matches!(node, Node::Input(_) | Node::Const(_)) {
-                self.register[id] = to_u32(num_registers)?;
-                num_registers += 1;
-                computed.push(id);
-            }
+        let (order, runs) = self.schedule(&reachable);
+        let mut used = slots.len() + constants.len();
+        for &id in &order {
+            self.register[id] = to_u32(used)?;
+            used += 1;
         }
-        for id in computed {
+        for &id in &order {
             self.instruction(&self.dag.nodes[id], self.register[id])?;
         }
         let outputs = roots.iter().map(|&id| self.reg(id)).collect();
         Ok(Program {
             slots: slots.to_vec(),
             constants,
-            instructions: self.instructions,
+            runs,
+            binary: self.binary,
+            unary: self.unary,
+            affine: self.affine,
+            gather: self.gather,
             operands: self.operands,
             terms: self.terms,
             outputs,
-            num_registers,
+            num_registers: used.next_power_of_two(),
         })
+    }
+
+    /// Orders the computed nodes so that nodes of one operation run back to back: the
+    /// interpreter then dispatches once per run instead of once per instruction. Greedy list
+    /// scheduling: take every ready node of one operation, including those its own nodes make
+    /// ready, then switch to the operation with the most ready nodes (the first in [`Op`]'s
+    /// order on a tie), so the order is deterministic.
+    fn schedule(&self, reachable: &[bool]) -> (Vec<usize>, Vec<Run>) {
+        let nodes = &self.dag.nodes;
+        let mut waiting = vec![0usize; nodes.len()];
+        let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        let mut ready: Vec<VecDeque<usize>> = vec![VecDeque::new(); Op::ALL.len()];
+        for (id, node) in nodes.iter().enumerate() {
+            let Some(op) = op_of(node).filter(|_| reachable[id]) else {
+                continue;
+            };
+            for operand in node.operands() {
+                if op_of(&nodes[operand as usize]).is_some() {
+                    waiting[id] += 1;
+                    users[operand as usize].push(id);
+                }
+            }
+            if waiting[id] == 0 {
+                ready[op as usize].push_back(id);
+            }
+        }
+        let mut order = Vec::new();
+        let mut runs = Vec::new();
+        while let Some(op) = Op::ALL
+            .into_iter()
+            .filter(|&op| !ready[op as usize].is_empty())
+            .max_by_key(|&op| (ready[op as usize].len(), std::cmp::Reverse(op)))
+        {
+            let first = order.len();
+            while let Some(id) = ready[op as usize].pop_front() {
+                order.push(id);
+                for &user in &users[id] {
+                    waiting[user] -= 1;
+                    if waiting[user] == 0 {
+                        let user_op = op_of(&nodes[user]).expect("users are computed nodes");
+                        ready[user_op as usize].push_back(user);
+                    }
+                }
+            }
+            let len = u32::try_from(order.len() - first).expect("fewer nodes than u32::MAX");
+            runs.push(Run { op, len });
+        }
+        (order, runs)
     }
 
     fn reachable(&self, roots: &[NodeId]) -> Vec<bool> {
@@ -396,105 +555,89 @@ impl<'a> Emitter<'a> {
         self.register[id as usize]
     }
 
-    fn operand_list(&mut self, ids: &[NodeId]) -> Result<(u32, u32), CompileError> {
+    fn gather(&mut self, dst: u32, ids: &[NodeId], init: f64) -> Result<(), CompileError> {
         let start = to_u32(self.operands.len())?;
         for &id in ids {
             let reg = self.reg(id);
             self.operands.push(reg);
         }
-        Ok((start, to_u32(ids.len())?))
+        let len = to_u32(ids.len())?;
+        self.gather.push(Gather {
+            dst,
+            start,
+            len,
+            init,
+        });
+        Ok(())
     }
 
+    /// Appends the node's record to the table of its operation (see [`op_of`]).
     fn instruction(&mut self, node: &Node, dst: u32) -> Result<(), CompileError> {
-        let instruction = match node {
-            Node::Const(_) | Node::Input(_) => return Ok(()),
+        let Some(op) = op_of(node) else {
+            return Ok(());
+        };
+        match node {
+            Node::Const(_) | Node::Input(_) => {}
             Node::Linear { bias, terms } => {
                 let bias = f64::from_bits(*bias);
-                let weight = |i: usize| f64::from_bits(terms[i].0);
-                match terms.as_slice() {
-                    [(_, a)] => Instruction::Affine {
+                match (op, terms.as_slice()) {
+                    (Op::Affine, [(scale, a)]) => self.affine.push(AffineRecord {
                         dst,
                         a: self.reg(*a),
-                        scale: weight(0),
+                        scale: f64::from_bits(*scale),
                         bias,
-                    },
-                    [(_, a), (_, b)] if bias == 0.0 && weight(0) == 1.0 && weight(1) == 1.0 => {
-                        Instruction::Add {
-                            dst,
-                            a: self.reg(*a),
-                            b: self.reg(*b),
-                        }
-                    }
-                    _ => {
-                        let start = to_u32(self.terms.len())?;
-                        for &(w, id) in terms {
-                            let reg = self.reg(id);
-                            self.terms.push(Term {
-                                weight: f64::from_bits(w),
-                                reg,
-                            });
-                        }
-                        Instruction::Linear {
-                            dst,
-                            start,
-                            len: to_u32(terms.len())?,
-                            bias,
-                        }
-                    }
-                }
-            }
-            Node::Product { scale, factors } => {
-                let scale = f64::from_bits(*scale);
-                match factors.as_slice() {
-                    [a, b] if scale == 1.0 => Instruction::Mul {
+                    }),
+                    (Op::Add, [(_, a), (_, b)]) => self.binary.push(Binary {
                         dst,
                         a: self.reg(*a),
                         b: self.reg(*b),
-                    },
+                    }),
                     _ => {
-                        let (start, len) = self.operand_list(factors)?;
-                        Instruction::Product {
+                        let start = to_u32(self.terms.len())?;
+                        for &(weight, id) in terms {
+                            let reg = self.reg(id);
+                            self.terms.push(Term {
+                                weight: f64::from_bits(weight),
+                                reg,
+                            });
+                        }
+                        let len = to_u32(terms.len())?;
+                        self.gather.push(Gather {
                             dst,
                             start,
                             len,
-                            scale,
-                        }
+                            init: bias,
+                        });
                     }
                 }
             }
-            Node::Div(a, b) => Instruction::Div {
+            Node::Product { scale, factors } => match (op, factors.as_slice()) {
+                (Op::Mul, [a, b]) => self.binary.push(Binary {
+                    dst,
+                    a: self.reg(*a),
+                    b: self.reg(*b),
+                }),
+                _ => self.gather(dst, factors, f64::from_bits(*scale))?,
+            },
+            Node::Div(a, b) => self.binary.push(Binary {
                 dst,
                 a: self.reg(*a),
                 b: self.reg(*b),
-            },
-            Node::Max(items) => match items.as_slice() {
-                [a, b] => Instruction::Max {
+            }),
+            Node::Max(items) | Node::Min(items) => match (op, items.as_slice()) {
+                (Op::Max | Op::Min, [a, b]) => self.binary.push(Binary {
                     dst,
                     a: self.reg(*a),
                     b: self.reg(*b),
-                },
-                _ => {
-                    let (start, len) = self.operand_list(items)?;
-                    Instruction::MaxN { dst, start, len }
-                }
+                }),
+                (Op::MaxN, _) => self.gather(dst, items, f64::NEG_INFINITY)?,
+                _ => self.gather(dst, items, f64::INFINITY)?,
             },
-            Node::Min(items) => match items.as_slice() {
-                [a, b] => Instruction::Min {
-                    dst,
-                    a: self.reg(*a),
-                    b: self.reg(*b),
-                },
-                _ => {
-                    let (start, len) = self.operand_list(items)?;
-                    Instruction::MinN { dst, start, len }
-                }
-            },
-            Node::Ceil(a) => Instruction::Ceil {
+            Node::Ceil(a) => self.unary.push(Unary {
                 dst,
                 a: self.reg(*a),
-            },
-        };
-        self.instructions.push(instruction);
+            }),
+        }
         Ok(())
     }
 }
