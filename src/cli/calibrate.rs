@@ -540,7 +540,7 @@ fn measured(
         seconds,
         // A process per GPU, as a trace's training run has.
         gpus_per_thread: 1.0,
-        reported_degraded: false,
+        never_fitted: false,
     }
 }
 

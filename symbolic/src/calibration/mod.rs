@@ -251,7 +251,7 @@ mod tests {
                     links,
                     seconds: 1.0,
                     gpus_per_thread: 1.0,
-                    reported_degraded: false,
+                    never_fitted: false,
                 };
                 row.seconds = predict_collective(&row, &truth);
                 rows.push(row);

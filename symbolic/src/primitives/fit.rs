@@ -514,11 +514,12 @@ pub fn gemm_source_disagreement(data: &Microbenchmarks) -> Vec<f64> {
         .collect()
 }
 
-/// The collective measurements of systems reported degraded, and the others.
-fn split_degraded(
+/// The collective measurements no fit reads (systems reported degraded, runs their source
+/// superseded), and the others.
+fn split_never_fitted(
     data: &Microbenchmarks,
 ) -> (Vec<&CollectiveMeasurement>, Vec<&CollectiveMeasurement>) {
-    data.collectives.iter().partition(|r| r.reported_degraded)
+    data.collectives.iter().partition(|r| r.never_fitted)
 }
 
 /// The collectives `rows` measure, each once, in name order.
@@ -535,7 +536,7 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
 
     // Collectives: one parameter set for every kind, fitted on systems running as expected,
     // scored per kind; systems reported degraded are scored apart under the full fit.
-    let (degraded, rows) = split_degraded(data);
+    let (degraded, rows) = split_never_fitted(data);
     let start = CollectiveParams::default();
     let full = fit_collectives(&rows, &start);
     let error = |r: &CollectiveMeasurement, p: &CollectiveParams| {
@@ -723,7 +724,7 @@ pub fn score_unseen(fitted: &FittedPrimitives, data: &Microbenchmarks) -> Vec<Pr
             r.seconds,
         ))
     };
-    let (degraded, healthy) = split_degraded(data);
+    let (degraded, healthy) = split_never_fitted(data);
     for kind in kinds_of(healthy.iter().copied()) {
         let rows: Vec<&CollectiveMeasurement> =
             healthy.iter().copied().filter(|r| r.kind == kind).collect();

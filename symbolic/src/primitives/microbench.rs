@@ -31,7 +31,7 @@ pub struct CollectiveMeasurement {
     /// Posted as a performance problem (a GitHub issue reporting a system below its
     /// expected rate), or replaced by its source's own later run on the same machines:
     /// scored, never fitted.
-    pub reported_degraded: bool,
+    pub never_fitted: bool,
 }
 
 /// Sources that are bug reports about a system running below its expected rate (the shared
@@ -356,7 +356,7 @@ fn collective(row: &Row) -> Option<CollectiveMeasurement> {
     };
     let source = row.get("source").to_string();
     Some(CollectiveMeasurement {
-        reported_degraded: DEGRADED_REPORTS.iter().any(|r| source.starts_with(r))
+        never_fitted: DEGRADED_REPORTS.iter().any(|r| source.starts_with(r))
             || SUPERSEDED_RUNS
                 .iter()
                 .any(|(run, machines)| source.contains(run) && system.starts_with(machines)),
