@@ -138,6 +138,17 @@ struct Term {
     reg: u32,
 }
 
+/// Each operation's records, and the operand lists the n-ary ones read.
+#[derive(Clone, Debug, Default)]
+struct Records {
+    binary: Vec<Binary>,
+    unary: Vec<Unary>,
+    affine: Vec<AffineRecord>,
+    gather: Vec<Gather>,
+    operands: Vec<u32>,
+    terms: Vec<Term>,
+}
+
 /// What a register holds while a program runs: one value, or one per candidate of a batch.
 pub(super) trait Register: Copy {
     fn splat(value: f64) -> Self;
@@ -171,12 +182,7 @@ pub struct Program {
     pub(super) slots: Vec<Symbol>,
     pub(super) constants: Vec<f64>,
     runs: Vec<Run>,
-    binary: Vec<Binary>,
-    unary: Vec<Unary>,
-    affine: Vec<AffineRecord>,
-    gather: Vec<Gather>,
-    operands: Vec<u32>,
-    terms: Vec<Term>,
+    records: Records,
     pub(super) outputs: Vec<u32>,
     /// A power of two, so that masking an index by it keeps it in bounds.
     pub(super) num_registers: usize,
@@ -213,7 +219,10 @@ impl Program {
 
     /// Instructions one evaluation runs (after sharing and constant folding).
     pub fn num_instructions(&self) -> usize {
-        self.binary.len() + self.unary.len() + self.affine.len() + self.gather.len()
+        self.records.binary.len()
+            + self.records.unary.len()
+            + self.records.affine.len()
+            + self.records.gather.len()
     }
 
     /// Runs of one operation the instructions are scheduled into: the interpreter's
@@ -282,7 +291,7 @@ impl Program {
             let len = run.len as usize;
             match run.op {
                 Op::Add | Op::Mul | Op::Div | Op::Max | Op::Min => {
-                    let records = take(&self.binary, &mut binary, len);
+                    let records = take(&self.records.binary, &mut binary, len);
                     match run.op {
                         Op::Add => combine_pairs(records, regs, |x, y| x + y),
                         Op::Mul => combine_pairs(records, regs, |x, y| x * y),
@@ -292,27 +301,27 @@ impl Program {
                     }
                 }
                 Op::Ceil => {
-                    for i in take(&self.unary, &mut unary, len) {
+                    for i in take(&self.records.unary, &mut unary, len) {
                         regs[at(i.dst)] = regs[at(i.a)].map(f64::ceil);
                     }
                 }
                 Op::Affine => {
-                    for i in take(&self.affine, &mut affine, len) {
+                    for i in take(&self.records.affine, &mut affine, len) {
                         regs[at(i.dst)] = regs[at(i.a)].map(|x| i.scale * x + i.bias);
                     }
                 }
                 Op::Linear => {
-                    for i in take(&self.gather, &mut gather, len) {
+                    for i in take(&self.records.gather, &mut gather, len) {
                         let mut acc = R::splat(i.init);
-                        for term in &self.terms[i.range()] {
+                        for term in &self.records.terms[i.range()] {
                             acc = acc.zip(regs[at(term.reg)], |sum, x| sum + term.weight * x);
                         }
                         regs[at(i.dst)] = acc;
                     }
                 }
                 Op::Product | Op::MaxN | Op::MinN => {
-                    let records = take(&self.gather, &mut gather, len);
-                    let operands = &self.operands;
+                    let records = take(&self.records.gather, &mut gather, len);
+                    let operands = &self.records.operands;
                     match run.op {
                         Op::Product => fold_operands(records, operands, regs, |p, x| p * x),
                         Op::MaxN => fold_operands(records, operands, regs, larger),
@@ -394,12 +403,7 @@ struct Emitter<'a> {
     dag: &'a Dag,
     /// Register of each reachable node (every operand of a reachable node is reachable).
     register: Vec<u32>,
-    binary: Vec<Binary>,
-    unary: Vec<Unary>,
-    affine: Vec<AffineRecord>,
-    gather: Vec<Gather>,
-    operands: Vec<u32>,
-    terms: Vec<Term>,
+    records: Records,
 }
 
 fn to_u32(value: usize) -> Result<u32, CompileError> {
@@ -439,12 +443,7 @@ impl<'a> Emitter<'a> {
         Emitter {
             dag,
             register: vec![u32::MAX; dag.nodes.len()],
-            binary: Vec::new(),
-            unary: Vec::new(),
-            affine: Vec::new(),
-            gather: Vec::new(),
-            operands: Vec::new(),
-            terms: Vec::new(),
+            records: Records::default(),
         }
     }
 
@@ -481,12 +480,7 @@ impl<'a> Emitter<'a> {
             slots: slots.to_vec(),
             constants,
             runs,
-            binary: self.binary,
-            unary: self.unary,
-            affine: self.affine,
-            gather: self.gather,
-            operands: self.operands,
-            terms: self.terms,
+            records: self.records,
             outputs,
             num_registers: used.next_power_of_two(),
         })
@@ -556,13 +550,13 @@ impl<'a> Emitter<'a> {
     }
 
     fn gather(&mut self, dst: u32, ids: &[NodeId], init: f64) -> Result<(), CompileError> {
-        let start = to_u32(self.operands.len())?;
+        let start = to_u32(self.records.operands.len())?;
         for &id in ids {
             let reg = self.reg(id);
-            self.operands.push(reg);
+            self.records.operands.push(reg);
         }
         let len = to_u32(ids.len())?;
-        self.gather.push(Gather {
+        self.records.gather.push(Gather {
             dst,
             start,
             len,
@@ -581,28 +575,28 @@ impl<'a> Emitter<'a> {
             Node::Linear { bias, terms } => {
                 let bias = f64::from_bits(*bias);
                 match (op, terms.as_slice()) {
-                    (Op::Affine, [(scale, a)]) => self.affine.push(AffineRecord {
+                    (Op::Affine, [(scale, a)]) => self.records.affine.push(AffineRecord {
                         dst,
                         a: self.reg(*a),
                         scale: f64::from_bits(*scale),
                         bias,
                     }),
-                    (Op::Add, [(_, a), (_, b)]) => self.binary.push(Binary {
+                    (Op::Add, [(_, a), (_, b)]) => self.records.binary.push(Binary {
                         dst,
                         a: self.reg(*a),
                         b: self.reg(*b),
                     }),
                     _ => {
-                        let start = to_u32(self.terms.len())?;
+                        let start = to_u32(self.records.terms.len())?;
                         for &(weight, id) in terms {
                             let reg = self.reg(id);
-                            self.terms.push(Term {
+                            self.records.terms.push(Term {
                                 weight: f64::from_bits(weight),
                                 reg,
                             });
                         }
                         let len = to_u32(terms.len())?;
-                        self.gather.push(Gather {
+                        self.records.gather.push(Gather {
                             dst,
                             start,
                             len,
@@ -612,20 +606,20 @@ impl<'a> Emitter<'a> {
                 }
             }
             Node::Product { scale, factors } => match (op, factors.as_slice()) {
-                (Op::Mul, [a, b]) => self.binary.push(Binary {
+                (Op::Mul, [a, b]) => self.records.binary.push(Binary {
                     dst,
                     a: self.reg(*a),
                     b: self.reg(*b),
                 }),
                 _ => self.gather(dst, factors, f64::from_bits(*scale))?,
             },
-            Node::Div(a, b) => self.binary.push(Binary {
+            Node::Div(a, b) => self.records.binary.push(Binary {
                 dst,
                 a: self.reg(*a),
                 b: self.reg(*b),
             }),
             Node::Max(items) | Node::Min(items) => match (op, items.as_slice()) {
-                (Op::Max | Op::Min, [a, b]) => self.binary.push(Binary {
+                (Op::Max | Op::Min, [a, b]) => self.records.binary.push(Binary {
                     dst,
                     a: self.reg(*a),
                     b: self.reg(*b),
@@ -633,7 +627,7 @@ impl<'a> Emitter<'a> {
                 (Op::MaxN, _) => self.gather(dst, items, f64::NEG_INFINITY)?,
                 _ => self.gather(dst, items, f64::INFINITY)?,
             },
-            Node::Ceil(a) => self.unary.push(Unary {
+            Node::Ceil(a) => self.records.unary.push(Unary {
                 dst,
                 a: self.reg(*a),
             }),
