@@ -24,11 +24,12 @@
 //!   symbols of a cost model; in floating point they change results only by rounding.
 //! - **Compilation** ([`Program`], `expr/dag.rs`, `expr/program.rs`): the simplified outputs
 //!   are hash-consed into one DAG shared by all outputs (common-subexpression elimination,
-//!   constants compared by their bits), folded once more, and lowered to a flat list of
-//!   register instructions over a single `f64` array. Evaluating a candidate strategy is then
-//!   a linear scan of that list with no allocation and no tree walking, which is the planner's
-//!   hot path. [`Program::eval_batch`] (`expr/batch.rs`) runs the same instructions over
-//!   several candidates side by side for a few times the throughput, with identical results.
+//!   constants compared by their bits), folded once more, and lowered to register
+//!   instructions over a single `f64` array, scheduled into runs of one operation. Evaluating a
+//!   candidate strategy is then one dispatch per run and a loop over plain records, with no
+//!   allocation and no tree walking, which is the planner's hot path. [`Program::eval_batch`]
+//!   (`expr/batch.rs`) runs the same instructions over several candidates side by side for a
+//!   few times the throughput, with identical results.
 //!
 //! [`Expr::substitute`], [`Expr::symbols`] and the `Display` form (`expr/display.rs`) complete
 //! the surface.
