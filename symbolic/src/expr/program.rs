@@ -493,17 +493,18 @@ impl<'a> Emitter<'a> {
     /// order on a tie), so the order is deterministic.
     fn schedule(&self, reachable: &[bool]) -> (Vec<usize>, Vec<Run>) {
         let nodes = &self.dag.nodes;
+        let ops: Vec<Option<Op>> = nodes.iter().map(op_of).collect();
         let mut waiting = vec![0usize; nodes.len()];
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        let mut users: Vec<Vec<(usize, Op)>> = vec![Vec::new(); nodes.len()];
         let mut ready: Vec<VecDeque<usize>> = vec![VecDeque::new(); Op::ALL.len()];
         for (id, node) in nodes.iter().enumerate() {
-            let Some(op) = op_of(node).filter(|_| reachable[id]) else {
+            let Some(op) = ops[id].filter(|_| reachable[id]) else {
                 continue;
             };
             for operand in node.operands() {
-                if op_of(&nodes[operand as usize]).is_some() {
+                if ops[operand as usize].is_some() {
                     waiting[id] += 1;
-                    users[operand as usize].push(id);
+                    users[operand as usize].push((id, op));
                 }
             }
             if waiting[id] == 0 {
@@ -520,10 +521,9 @@ impl<'a> Emitter<'a> {
             let first = order.len();
             while let Some(id) = ready[op as usize].pop_front() {
                 order.push(id);
-                for &user in &users[id] {
+                for &(user, user_op) in &users[id] {
                     waiting[user] -= 1;
                     if waiting[user] == 0 {
-                        let user_op = op_of(&nodes[user]).expect("users are computed nodes");
                         ready[user_op as usize].push_back(user);
                     }
                 }
