@@ -10,9 +10,9 @@ use tessel_symbolic::primitives::fit::{
 use tessel_symbolic::primitives::{
     default_microbench_dirs, device_of, fp8_speedup, gemm_time, load_fit_microbenchmarks,
     load_microbenchmarks, project_microbench_dir, AttentionKernel, AttentionParams,
-    CollectiveParams, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST, FP8_ROWWISE_RATE,
-    HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S, MEASURED_DIRS, NORM_BYTES, POWER_CAPPED_GEMM_RATE,
-    SWIGLU_BYTES,
+    CollectiveParams, GemmParams, PassBytes, COMPOSITE_RMSNORM, EAGER_ELEMENTWISE,
+    EAGER_EXPERT_HOST, FP8_ROWWISE_RATE, HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S,
+    MEASURED_DIRS, NORM_BYTES, POWER_CAPPED_GEMM_RATE, SWIGLU_BYTES,
 };
 use tessel_symbolic::validation::Table;
 
@@ -347,31 +347,32 @@ fn the_host_adam_rate_is_the_median_of_the_published_timings() {
     );
 }
 
+/// Each row's fraction of the H100's datasheet HBM bandwidth for the passes `bytes_of` names
+/// (the bytes the cost model charges them, forward and backward), in `measured-h100/FILE`.
+fn pass_fractions(file: &str, bytes_of: impl Fn(&str) -> Option<PassBytes>) -> Vec<f64> {
+    let path = project_microbench_dir("measured-h100").join(file);
+    let table = Table::read(&path).expect("a measured-h100 table");
+    table
+        .rows()
+        .filter_map(|(_, get)| {
+            let pass = bytes_of(&get("op"))?;
+            let number = |name: &str| get(name).parse::<f64>().expect("number");
+            let bandwidth = device_of(&get("gpu")).expect("an H100").memory_bandwidth;
+            let bytes = (pass.forward + pass.backward) * number("tokens") * number("hidden");
+            Some(bytes / (number("forward_backward_us") * 1e-6) / bandwidth)
+        })
+        .collect()
+}
+
 #[test]
 fn the_eager_elementwise_fraction_is_the_measured_median() {
-    // Columns: gpu (quoted, holds a comma), run, op, tokens, hidden, dtype, forward µs,
-    // forward and backward µs. Each row's fraction counts the bytes the cost model charges
-    // the pass, forward and backward, over the H100's datasheet HBM bandwidth.
-    let text =
-        std::fs::read_to_string(project_microbench_dir("measured-h100").join("elementwise.csv"))
-            .expect("elementwise.csv");
-    let mut fractions = Vec::new();
-    for line in text.lines().skip(1) {
-        let gpu = line.split('"').nth(1).expect("quoted GPU name");
-        let fields: Vec<&str> = line.rsplitn(7, ',').collect();
-        let number = |i: usize| fields[i].parse::<f64>().expect("number");
-        let (op, tokens, width, seconds) = (fields[5], number(4), number(3), number(0) * 1e-6);
-        let pass = match op {
-            "rms_norm_functional" => NORM_BYTES,
-            "swiglu" => SWIGLU_BYTES,
-            // The float32 norm is no framework's kernel; the residual add's backward is no
-            // kernel at all (autograd passes the gradient on).
-            _ => continue,
-        };
-        let bandwidth = device_of(gpu).expect("an H100").memory_bandwidth;
-        let bytes = (pass.forward + pass.backward) * tokens * width;
-        fractions.push(bytes / seconds / bandwidth);
-    }
+    // The residual add's backward is no kernel at all (autograd passes the gradient on), and
+    // the float32 norm has a fraction of its own (below).
+    let fractions = pass_fractions("elementwise.csv", |op| match op {
+        "rms_norm_functional" => Some(NORM_BYTES),
+        "swiglu" => Some(SWIGLU_BYTES),
+        _ => None,
+    });
     assert_eq!(fractions.len(), 8);
     for fraction in &fractions {
         assert!((0.2..=0.4).contains(fraction), "{fraction}");
@@ -380,6 +381,25 @@ fn the_eager_elementwise_fraction_is_the_measured_median() {
         median(fractions),
         EAGER_ELEMENTWISE,
         "the eager elementwise fraction",
+    );
+}
+
+#[test]
+fn the_composite_rmsnorm_fraction_is_the_measured_median() {
+    // torchtitan's float32 RMSNorm, timed in two leases with two scripts.
+    let composite = |op: &str| {
+        matches!(op, "rmsnorm_eager_fp32" | "rmsnorm_composite_fp32").then_some(NORM_BYTES)
+    };
+    let mut fractions = pass_fractions("elementwise.csv", composite);
+    fractions.extend(pass_fractions("eager/ops.csv", composite));
+    assert_eq!(fractions.len(), 8);
+    for fraction in &fractions {
+        assert!((0.05..=0.06).contains(fraction), "{fraction}");
+    }
+    close(
+        median(fractions),
+        COMPOSITE_RMSNORM,
+        "the float32 RMSNorm's fraction",
     );
 }
 

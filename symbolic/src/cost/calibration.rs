@@ -27,11 +27,11 @@
 //! `docs/VALIDATION.md`. Everything not named here (Ada's fractions, unknown GPUs,
 //! `ep_overlap`, optimizer bytes) is a prior.
 
-use tessel_grammar::{Framework, GpuSpec, PeakCompute, TrainSpec};
+use tessel_grammar::{Framework, GpuSpec, NormKind, PeakCompute, TrainSpec};
 
 use crate::primitives::{
-    fp8_speedup, AttentionKernel, AttentionParams, CollectiveParams, GemmParams, EAGER_ELEMENTWISE,
-    FP8_ROWWISE_RATE,
+    fp8_speedup, AttentionKernel, AttentionParams, CollectiveParams, GemmParams, COMPOSITE_RMSNORM,
+    EAGER_ELEMENTWISE, FP8_ROWWISE_RATE,
 };
 
 /// GPU generations that share kernel behaviour (tensor-core shapes, memory system).
@@ -155,11 +155,34 @@ impl KernelEfficiency {
     /// describe the fused kernels of Megatron-LM, DeepSpeed and Tessel's runtime. A fraction the
     /// spec or a cluster's calibration gives is kept.
     fn memory_in_step(&self, train: &TrainSpec) -> f64 {
-        let eager = train.framework == Framework::Fsdp && !train.compile;
-        if eager && !self.memory_given {
+        if self.runs_eager(train) {
             EAGER_ELEMENTWISE
         } else {
             self.memory
+        }
+    }
+
+    /// Whether the training software runs PyTorch's eager kernels at their measured fractions:
+    /// the PyTorch-native stacks uncompiled, unless the spec or a calibration gave the memory
+    /// fraction of the cluster's own kernels.
+    fn runs_eager(&self, train: &TrainSpec) -> bool {
+        train.framework == Framework::Fsdp && !train.compile && !self.memory_given
+    }
+
+    /// The norms' fraction of HBM bandwidth in a step: an eager stack's RMSNorm is float32
+    /// operators ([`COMPOSITE_RMSNORM`]: torchtitan's Llama and Hugging Face's, measured at
+    /// 5.3 times the time of a fused norm); every other norm is a fused kernel and runs at
+    /// the step's memory-bound fraction (`in_step`, from [`KernelEfficiency::for_training`]).
+    pub fn norm_in_step(
+        &self,
+        train: &TrainSpec,
+        norm: NormKind,
+        in_step: &KernelEfficiency,
+    ) -> f64 {
+        if norm == NormKind::Rmsnorm && self.runs_eager(train) {
+            COMPOSITE_RMSNORM
+        } else {
+            in_step.memory
         }
     }
 

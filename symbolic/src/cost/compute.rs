@@ -243,20 +243,18 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
         }
     };
 
-    // Elementwise HBM bytes per token (2-byte elements): two norms, two fused bias-residual
-    // adds (with dropout also a mask, h; its backward 5h each) and the activation.
-    let per_token = |norm: f64, add: f64, mask: f64| (2.0 * (norm + add) + mask) * h * act;
-    let replicated_fwd = k(per_token(
-        NORM_BYTES.forward,
-        RESIDUAL_ADD_BYTES.forward,
-        2.0 * ctx.dropout,
-    )) * tokens.clone()
-        / rep.clone();
+    // Elementwise HBM bytes per token (2-byte elements): two fused bias-residual adds (with
+    // dropout also a mask, h; its backward 5h each) and the activation. The two norms are
+    // costed apart, at their kernels' own fraction (`Ctx::norm_bound`).
+    let per_token = |add: f64, mask: f64| (2.0 * add + mask) * h * act;
+    let norms =
+        |bytes: f64| ctx.norm_bound(k(2.0 * bytes * h * act) * tokens.clone() / rep.clone());
+    let replicated_fwd =
+        k(per_token(RESIDUAL_ADD_BYTES.forward, 2.0 * ctx.dropout)) * tokens.clone() / rep.clone();
     // Compiled blocks write the norms' outputs (2h each) and the down projection's input
     // again in backward, where the weight gradients need them (see `cost::memory`).
     let (rebuilt_norms, rebuilt_down_input) = if ctx.compiled { (4.0, 2.0) } else { (0.0, 0.0) };
     let replicated_bwd = k(per_token(
-        NORM_BYTES.backward,
         RESIDUAL_ADD_BYTES.backward,
         rebuilt_norms + 10.0 * ctx.dropout,
     )) * tokens.clone()
@@ -296,23 +294,21 @@ pub(crate) fn layer_times(ctx: &Ctx) -> LayerTimes {
     } else {
         (k(0.0), k(0.0))
     };
+    let norms_fwd = norms(NORM_BYTES.forward);
     let elementwise_fwd = ctx.memory_bound(Expr::sum([
         replicated_fwd,
         sharded_fwd,
         rotary.clone(),
         casts_fwd,
         permuted.clone(),
-    ]));
+    ])) + norms_fwd.clone();
     let elementwise_bwd = ctx.memory_bound(Expr::sum([
         replicated_bwd,
         sharded_bwd,
         rotary,
         casts_bwd,
         permuted,
-    ]));
-
-    let norms_fwd =
-        ctx.memory_bound(k(2.0 * NORM_BYTES.forward * h * act) * tokens.clone() / rep.clone());
+    ])) + norms(NORM_BYTES.backward);
     let overhead = modules * ctx.cal.layer_overhead_s;
     LayerTimes {
         attention_gemm_fwd: ctx.bind(attention_gemm_fwd),
@@ -426,6 +422,6 @@ pub(crate) fn head_time(ctx: &Ctx) -> Expr {
     let logits = ctx.weight_matmul(tokens.clone(), k(ctx.vocab) / t.clone(), k(h), k(1.0));
     // Cross-entropy: fp32 upcast, softmax and its gradient, about 18 bytes per logit.
     let cross_entropy = ctx.memory_bound(k(18.0 * ctx.vocab) * tokens.clone() / t);
-    let norm = ctx.memory_bound(k(10.0 * h) * tokens / ctx.replicated_divisor());
+    let norm = ctx.norm_bound(k(10.0 * h) * tokens / ctx.replicated_divisor());
     logits.forward + logits.backward + cross_entropy + norm
 }

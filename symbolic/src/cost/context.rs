@@ -174,6 +174,8 @@ pub(crate) struct Ctx {
     pub attention_peak: f64,
     pub hbm_bandwidth: f64,
     pub efficiency: KernelEfficiency,
+    /// The norms' fraction of HBM bandwidth ([`KernelEfficiency::norm_in_step`]).
+    pub norm_memory: f64,
     /// The GEMM primitive's shape behaviour on this GPU's generation (microbenchmarks).
     pub gemm: GemmParams,
     pub sms: f64,
@@ -307,6 +309,7 @@ impl Ctx {
             fp8_matmul: in_step.fp8_matmul(peak),
             attention_peak,
             hbm_bandwidth: cluster.gpu.hbm_bandwidth,
+            norm_memory: efficiency.norm_in_step(train, model.norm, &in_step),
             efficiency: in_step,
             gemm: cal.gemm_for(GpuGeneration::from_name(&cluster.gpu.name)),
             sms: compute_units(&cluster.gpu),
@@ -525,6 +528,11 @@ impl Ctx {
     /// Seconds of a memory-bound kernel moving `bytes`.
     pub fn memory_bound(&self, bytes: Expr) -> Expr {
         bytes / (self.hbm_bandwidth * self.efficiency.memory)
+    }
+
+    /// Seconds of the norms' passes over `bytes` (counted as [`crate::primitives::NORM_BYTES`] counts them).
+    pub fn norm_bound(&self, bytes: Expr) -> Expr {
+        bytes / (self.hbm_bandwidth * self.norm_memory)
     }
 
     /// The group of `n` ranks placed `stride` GPUs apart, its ranks per node named once per

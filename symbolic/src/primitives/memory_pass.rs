@@ -62,3 +62,14 @@ pub const SWIGLU_BYTES: PassBytes = PassBytes {
 /// same fraction on an A100 and an H100 (`data/microbench/liger/`, 0.40 and 0.41), so the
 /// eager stacks run at it on every GPU (`KernelEfficiency::for_training`).
 pub const EAGER_ELEMENTWISE: f64 = 0.3208;
+
+/// Fraction of the datasheet HBM bandwidth that RMSNorm written as float32 operators reaches,
+/// forward and backward, counted with [`NORM_BYTES`]: the norm of torchtitan's eager Llama
+/// (`norm_type = "rmsnorm"`, 2024) and of Hugging Face's `LlamaRMSNorm`, which upcast, square,
+/// average, scale, downcast and weight in a kernel each (and as many in backward). Measured on
+/// lent H100 SXM machines (`scripts/gpu/eager_layer.py` and `scripts/gpu/moe_dispatch.py
+/// elementwise`, 8,192-16,384 tokens of 4,096-8,192): the median of eight rows, which span
+/// 0.053-0.058 (`data/microbench/measured-h100/`; `symbolic/tests/primitives.rs` checks it),
+/// 5.3 times the time of PyTorch 2.11's fused `F.rms_norm` on the same tensors. Like
+/// [`EAGER_ELEMENTWISE`] it is the kernels' fraction, on every GPU.
+pub const COMPOSITE_RMSNORM: f64 = 0.0567;

@@ -31,8 +31,8 @@ pub use gemm::{
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
 pub use memory_pass::{
-    memory_pass_time, PassBytes, EAGER_ELEMENTWISE, GELU_BYTES, HBM_STREAM_FRACTION, NORM_BYTES,
-    RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
+    memory_pass_time, PassBytes, COMPOSITE_RMSNORM, EAGER_ELEMENTWISE, GELU_BYTES,
+    HBM_STREAM_FRACTION, NORM_BYTES, RESIDUAL_ADD_BYTES, SWIGLU_BYTES,
 };
 pub use microbench::{
     default_microbench_dirs, device_of, load_fit_microbenchmarks, load_microbenchmarks,
