@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use tessel_grammar::{
-    gpu_catalog, load_definitions_str, load_file, load_str, Choice, Offload, Precision, Recompute,
-    Spec,
+    gpu_catalog, load_definitions_str, load_file, load_str, Choice, NormKernel, Offload, Precision,
+    Recompute, Spec,
 };
 
 const MODEL: &str = "model tiny {
@@ -476,6 +476,20 @@ fn train_checks() {
             MODEL.replace("mlp = swiglu", "mlp = swiglu, max_seq_len = 1024")
         ),
         "`seq_len` (2048) exceeds the `max_seq_len` (1024) of model `tiny`",
+    );
+    let train = |fields: &str| {
+        format!("{MODEL}{CLUSTER}train {{ model = tiny, cluster = box, seq_len = 2048, global_batch = 64, {fields} }}")
+    };
+    assert_error(
+        &train("framework = fsdp, compile = true, norm_kernel = composite"),
+        "`norm_kernel = composite`, but `compile = true` fuses the norm's operators",
+    );
+    assert_eq!(spec(&base()).train.norm_kernel, None);
+    assert_eq!(
+        spec(&train("framework = fsdp, norm_kernel = fused"))
+            .train
+            .norm_kernel,
+        Some(NormKernel::Fused)
     );
 }
 

@@ -96,6 +96,7 @@ fn train(seq_len: u64, global_batch: u64, precision: Precision) -> TrainSpec {
         optimizer: Optimizer::Adam,
         flash_attention: true,
         attention_kernel: None,
+        norm_kernel: None,
         dropout: 0.0,
         framework: Default::default(),
         fp8_scaling: None,

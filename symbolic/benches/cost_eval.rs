@@ -75,6 +75,7 @@ fn spec() -> Spec {
             optimizer: Optimizer::Adam,
             flash_attention: true,
             attention_kernel: None,
+            norm_kernel: None,
             dropout: 0.0,
             framework: Default::default(),
             fp8_scaling: None,

@@ -3,9 +3,9 @@
 //! formulas.
 
 use tessel_grammar::{
-    ClusterSpec, Fp8Scaling, Framework, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec, NormKind,
-    Offload, OverlapSpec, PeakCompute, PositionKind, Precision, Recompute, RecomputeModules,
-    SearchSpace, Spec, Strategy, TrainSpec,
+    ClusterSpec, Fp8Scaling, Framework, GpuEfficiency, GpuSpec, Link, MlpKind, ModelSpec,
+    NormKernel, NormKind, Offload, OverlapSpec, PeakCompute, PositionKind, Precision, Recompute,
+    RecomputeModules, SearchSpace, Spec, Strategy, TrainSpec,
 };
 use tessel_symbolic::cost::{
     render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, GpuGeneration,
@@ -13,8 +13,8 @@ use tessel_symbolic::cost::{
 };
 use tessel_symbolic::primitives::{
     attention_forward_rate, gemm_time, AttentionKernel, AttentionParams, CollectiveParams,
-    GemmDevice, GemmParams, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST, HBM_STREAM_FRACTION,
-    HOST_ADAM_PARAMS_PER_S,
+    GemmDevice, GemmParams, COMPOSITE_RMSNORM, EAGER_ELEMENTWISE, EAGER_EXPERT_HOST,
+    HBM_STREAM_FRACTION, HOST_ADAM_PARAMS_PER_S,
 };
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -86,6 +86,7 @@ fn spec(model: ModelSpec, nodes: u64, global_batch: u64) -> Spec {
             optimizer: tessel_grammar::Optimizer::Adam,
             flash_attention: false,
             attention_kernel: None,
+            norm_kernel: None,
             // Korthikanti et al.'s activation formulas count the dropout masks.
             dropout: 0.1,
             framework: Default::default(),
@@ -980,6 +981,43 @@ fn eager_stacks_run_memory_bound_passes_at_the_eager_fraction() {
     assert_eq!(memory(Framework::Megatron, false, None), fused);
     assert_eq!(memory(Framework::Tessel, false, None), fused);
     assert_eq!(memory(Framework::Fsdp, false, Some(0.6)), 0.6);
+}
+
+/// An eager stack's RMSNorm runs as float32 operators (torchtitan's and Hugging Face's Llama)
+/// at their measured fraction unless the spec says its norms are fused; a LayerNorm and every
+/// norm of the fused stacks run at the step's memory-bound fraction.
+#[test]
+fn eager_rmsnorm_runs_as_float32_operators_unless_fused() {
+    let (tokens, h) = (2048.0, 4096.0);
+    let compute =
+        |framework: Framework, norm: NormKind, kernel: Option<NormKernel>, layers: u64| {
+            let mut model = gpt(8, 4096, 32);
+            model.norm = norm;
+            let mut spec = spec(model, 1, 64);
+            spec.train.framework = framework;
+            spec.train.norm_kernel = kernel;
+            let model = CostModel::with_calibration(&spec, bare()).unwrap();
+            let s = strategy(8, 1, 1, 1);
+            model.stage_outputs(&s, 1, layers, Recompute::None, Offload::default())
+                [Output::Compute.index()]
+        };
+    let rms = |kernel: Option<NormKernel>, layers: u64| {
+        compute(Framework::Fsdp, NormKind::Rmsnorm, kernel, layers)
+    };
+    assert_eq!(rms(None, 8), rms(Some(NormKernel::Composite), 8));
+    // Per layer two norms move 4 bytes an element forward and 6 backward.
+    let extra = |layers: u64| rms(None, layers) - rms(Some(NormKernel::Fused), layers);
+    let per_layer = 2.0 * 10.0 * h * tokens / 2.039e12;
+    assert!(close(
+        extra(8) - extra(4),
+        4.0 * per_layer * (1.0 / COMPOSITE_RMSNORM - 1.0 / EAGER_ELEMENTWISE),
+        1e-9
+    ));
+    let layernorm = |kernel| compute(Framework::Fsdp, NormKind::Layernorm, kernel, 8);
+    assert_eq!(layernorm(None), layernorm(Some(NormKernel::Fused)));
+    let megatron = |kernel| compute(Framework::Megatron, NormKind::Rmsnorm, kernel, 8);
+    assert_eq!(megatron(None), megatron(Some(NormKernel::Fused)));
+    assert!(megatron(Some(NormKernel::Composite)) > megatron(None));
 }
 
 /// An offloaded optimizer step costs its copies over the host link (fp32 gradients down, bf16

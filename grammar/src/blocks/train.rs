@@ -7,7 +7,8 @@ use crate::fields::Fields;
 use crate::spec::{
     AttentionKernel, CheckpointTarget, CompressionMethod, EncoderPlacement, FailureSpec,
     FinetuneMethod, FinetuneSpec, Fp8Scaling, Framework, GradCompression, LoraTargets,
-    MemorySavingKernels, Mtbf, MultimodalTraining, Optimizer, OverlapSpec, Precision, TrainSpec,
+    MemorySavingKernels, Mtbf, MultimodalTraining, NormKernel, Optimizer, OverlapSpec, Precision,
+    TrainSpec,
 };
 use crate::suggest;
 use crate::units::Dim;
@@ -21,6 +22,7 @@ pub const FIELDS: &[&str] = &[
     "optimizer",
     "flash_attention",
     "attention_kernel",
+    "norm_kernel",
     "dropout",
     "framework",
     "fp8_scaling",
@@ -116,12 +118,24 @@ pub fn lower(f: &mut Fields) -> TrainDef {
             .with_help("set `flash_attention = true`, or remove `attention_kernel`"),
         );
     }
+    let norm_kernels = NormKernel::ALL.map(|kernel| (kernel.name(), kernel));
+    let norm_kernel = f.choice("norm_kernel", &norm_kernels);
     let dropout = f.fraction("dropout").unwrap_or(0.0);
     let frameworks = Framework::ALL.map(|framework| (framework.name(), framework));
     let framework = f.choice("framework", &frameworks).unwrap_or_default();
     let fp8_scaling = f.choice("fp8_scaling", FP8_SCALINGS);
     let fused_cross_entropy = f.boolean("fused_cross_entropy");
     let compile = f.boolean("compile").unwrap_or(false);
+    if compile && norm_kernel == Some(NormKernel::Composite) {
+        let at = f.get("norm_kernel").map_or(f.anchor, |v| v.span);
+        f.problems.push(
+            Problem::new(
+                at,
+                "`norm_kernel = composite`, but `compile = true` fuses the norm's operators",
+            )
+            .with_help("remove `norm_kernel`, or set `compile = false`"),
+        );
+    }
     let memory_saving_kernels = memory_saving_kernels(f);
     let overlap = match f.get("overlap").cloned() {
         None => None,
@@ -182,6 +196,7 @@ pub fn lower(f: &mut Fields) -> TrainDef {
                 optimizer,
                 flash_attention,
                 attention_kernel,
+                norm_kernel,
                 dropout,
                 framework,
                 fp8_scaling,

@@ -61,6 +61,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
             optimizer: Optimizer::Adam,
             flash_attention: true,
             attention_kernel: None,
+            norm_kernel: None,
             dropout: 0.0,
             framework: Default::default(),
             fp8_scaling: None,

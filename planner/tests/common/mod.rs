@@ -129,6 +129,7 @@ pub fn spec(model: ModelSpec, cluster: ClusterSpec, seq_len: u64, global_batch: 
             optimizer: Optimizer::Adam,
             flash_attention: true,
             attention_kernel: None,
+            norm_kernel: None,
             dropout: 0.0,
             framework: Default::default(),
             fp8_scaling: None,

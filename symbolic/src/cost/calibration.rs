@@ -27,7 +27,7 @@
 //! `docs/VALIDATION.md`. Everything not named here (Ada's fractions, unknown GPUs,
 //! `ep_overlap`, optimizer bytes) is a prior.
 
-use tessel_grammar::{Framework, GpuSpec, NormKind, PeakCompute, TrainSpec};
+use tessel_grammar::{Framework, GpuSpec, NormKernel, NormKind, PeakCompute, TrainSpec};
 
 use crate::primitives::{
     fp8_speedup, AttentionKernel, AttentionParams, CollectiveParams, GemmParams, COMPOSITE_RMSNORM,
@@ -169,17 +169,23 @@ impl KernelEfficiency {
         train.framework == Framework::Fsdp && !train.compile && !self.memory_given
     }
 
-    /// The norms' fraction of HBM bandwidth in a step: an eager stack's RMSNorm is float32
-    /// operators ([`COMPOSITE_RMSNORM`]: torchtitan's Llama and Hugging Face's, measured at
-    /// 5.3 times the time of a fused norm); every other norm is a fused kernel and runs at
-    /// the step's memory-bound fraction (`in_step`, from [`KernelEfficiency::for_training`]).
+    /// The norms' fraction of HBM bandwidth in a step. Float32 operators
+    /// (`train.norm_kernel = composite`) run at [`COMPOSITE_RMSNORM`], measured at 5.3 times
+    /// the time of a fused norm; a fused kernel at the step's memory-bound fraction (`in_step`,
+    /// from [`KernelEfficiency::for_training`]). Unless the spec says, an eager stack's RMSNorm
+    /// is float32 operators (torchtitan's Llama and Hugging Face's, the published eager runs')
+    /// and every other norm a fused kernel.
     pub fn norm_in_step(
         &self,
         train: &TrainSpec,
         norm: NormKind,
         in_step: &KernelEfficiency,
     ) -> f64 {
-        if norm == NormKind::Rmsnorm && self.runs_eager(train) {
+        let composite = match train.norm_kernel {
+            Some(kernel) => kernel == NormKernel::Composite,
+            None => norm == NormKind::Rmsnorm && self.runs_eager(train),
+        };
+        if composite {
             COMPOSITE_RMSNORM
         } else {
             in_step.memory

@@ -519,6 +519,7 @@ fn case_from_row(row: &Row, line: usize) -> Result<Case, String> {
         optimizer: Optimizer::Adam,
         flash_attention: flash,
         attention_kernel,
+        norm_kernel: None,
         dropout,
         framework,
         fp8_scaling,
