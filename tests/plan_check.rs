@@ -79,13 +79,13 @@ fn a_slower_committed_plan_is_stale_beyond_the_threshold_only() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let spec = spec_copy(dir.path());
     let plan = dir.path().join("plan.json");
-    // The best plan's pessimistic bound is 5.5% below the tp2 strategy's.
+    // The best plan's pessimistic bound is 5.0% below the tp2 strategy's.
     write_plan(&spec, &plan, &["--strategy", "tp2"]);
     let output = tessel(&["plan", path(&spec), "--check", path(&plan)]);
     assert_eq!(output.status.code(), Some(3), "{}", text(&output));
     let shown = text(&output);
     assert!(shown.contains("a better plan exists"), "{shown}");
-    assert!(shown.contains("5.5% faster, threshold 1%"), "{shown}");
+    assert!(shown.contains("5.0% faster, threshold 1%"), "{shown}");
     let output = tessel(&[
         "plan",
         path(&spec),
