@@ -6,10 +6,11 @@ transposed and made contiguous. Each is timed alone, forward and forward+backwar
 fused alternatives (`F.rms_norm`, a bf16 rotate-half RoPE); then the whole block, eager and
 under `torch.compile`, forward+backward, with a profile of the eager block's kernels by kind.
 
-Writes ops.csv, block.csv and block_kernels.csv into OUT_DIR. Each figure is the median of 20
-timed calls after 5 warm-ups (blocks: 10 after 3), timed with CUDA events.
+Writes ops.csv, block.csv and block_kernels.csv into OUT_DIR (the sections named, or both).
+Each figure is the median of 20 timed calls after 5 warm-ups (blocks: 10 after 3), timed with
+CUDA events.
 
-Usage: python3 scripts/gpu/eager_layer.py OUT_DIR"""
+Usage: python3 scripts/gpu/eager_layer.py OUT_DIR [ops] [block]"""
 
 import csv
 import os
@@ -244,21 +245,25 @@ def bench_blocks(block_writer, kernel_writer):
 
 
 def main():
-    out = sys.argv[1]
+    out, sections = sys.argv[1], sys.argv[2:] or ["ops", "block"]
     os.makedirs(out, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    with open(f"{out}/ops.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["gpu", "op", "tokens", "hidden", "heads", "kv_heads", "elements", "dtype",
-                    "forward_us", "forward_backward_us"])
-        bench_ops(w)
-    with open(f"{out}/block.csv", "w", newline="") as f, open(f"{out}/block_kernels.csv", "w", newline="") as k:
-        w = csv.writer(f)
-        w.writerow(["gpu", "model", "variant", "hidden", "heads", "kv_heads", "ffn", "sequences", "seq_len",
-                    "forward_backward_us", "warmup_s"] + [f"{kind}_us" for kind, _ in KINDS] + ["other_us"])
-        kw = csv.writer(k)
-        kw.writerow(["model", "variant", "kernel", "calls_per_pass", "us_per_pass", "kind"])
-        bench_blocks(w, kw)
+    if "ops" in sections:
+        with open(f"{out}/ops.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["gpu", "op", "tokens", "hidden", "heads", "kv_heads", "elements", "dtype",
+                        "forward_us", "forward_backward_us"])
+            bench_ops(w)
+    if "block" in sections:
+        with open(f"{out}/block.csv", "w", newline="") as f, \
+                open(f"{out}/block_kernels.csv", "w", newline="") as k:
+            w = csv.writer(f)
+            w.writerow(["gpu", "model", "variant", "hidden", "heads", "kv_heads", "ffn", "sequences",
+                        "seq_len", "forward_backward_us", "warmup_s"] +
+                       [f"{kind}_us" for kind, _ in KINDS] + ["other_us"])
+            kw = csv.writer(k)
+            kw.writerow(["model", "variant", "kernel", "calls_per_pass", "us_per_pass", "kind"])
+            bench_blocks(w, kw)
 
 
 if __name__ == "__main__":

@@ -347,17 +347,20 @@ fn the_host_adam_rate_is_the_median_of_the_published_timings() {
     );
 }
 
-/// Each row's fraction of the H100's datasheet HBM bandwidth for the passes `bytes_of` names
-/// (the bytes the cost model charges them, forward and backward), in `measured-h100/FILE`.
-fn pass_fractions(file: &str, bytes_of: impl Fn(&str) -> Option<PassBytes>) -> Vec<f64> {
-    let path = project_microbench_dir("measured-h100").join(file);
-    let table = Table::read(&path).expect("a measured-h100 table");
+/// Each row's fraction of its GPU's datasheet HBM bandwidth for the passes `bytes_of` names
+/// (the bytes the cost model charges them, forward and backward), in `DIR/FILE` of the
+/// project's measurements.
+fn pass_fractions(dir: &str, file: &str, bytes_of: impl Fn(&str) -> Option<PassBytes>) -> Vec<f64> {
+    let path = project_microbench_dir(dir).join(file);
+    let table = Table::read(&path).expect("a measured table");
     table
         .rows()
         .filter_map(|(_, get)| {
             let pass = bytes_of(&get("op"))?;
             let number = |name: &str| get(name).parse::<f64>().expect("number");
-            let bandwidth = device_of(&get("gpu")).expect("an H100").memory_bandwidth;
+            let bandwidth = device_of(&get("gpu"))
+                .expect("a known GPU")
+                .memory_bandwidth;
             let bytes = (pass.forward + pass.backward) * number("tokens") * number("hidden");
             Some(bytes / (number("forward_backward_us") * 1e-6) / bandwidth)
         })
@@ -368,7 +371,7 @@ fn pass_fractions(file: &str, bytes_of: impl Fn(&str) -> Option<PassBytes>) -> V
 fn the_eager_elementwise_fraction_is_the_measured_median() {
     // The residual add's backward is no kernel at all (autograd passes the gradient on), and
     // the float32 norm has a fraction of its own (below).
-    let fractions = pass_fractions("elementwise.csv", |op| match op {
+    let fractions = pass_fractions("measured-h100", "elementwise.csv", |op| match op {
         "rms_norm_functional" => Some(NORM_BYTES),
         "swiglu" => Some(SWIGLU_BYTES),
         _ => None,
@@ -390,8 +393,8 @@ fn the_composite_rmsnorm_fraction_is_the_measured_median() {
     let composite = |op: &str| {
         matches!(op, "rmsnorm_eager_fp32" | "rmsnorm_composite_fp32").then_some(NORM_BYTES)
     };
-    let mut fractions = pass_fractions("elementwise.csv", composite);
-    fractions.extend(pass_fractions("eager/ops.csv", composite));
+    let mut fractions = pass_fractions("measured-h100", "elementwise.csv", composite);
+    fractions.extend(pass_fractions("measured-h100", "eager/ops.csv", composite));
     assert_eq!(fractions.len(), 8);
     for fraction in &fractions {
         assert!((0.05..=0.06).contains(fraction), "{fraction}");
@@ -401,6 +404,16 @@ fn the_composite_rmsnorm_fraction_is_the_measured_median() {
         COMPOSITE_RMSNORM,
         "the float32 RMSNorm's fraction",
     );
+    // The fraction is the kernels': on the H200's faster HBM the same operators reach
+    // nearly the same share of it (no fit reads these rows).
+    let h200 = pass_fractions("measured-h200", "eager/ops.csv", composite);
+    assert_eq!(h200.len(), 4);
+    for fraction in &h200 {
+        assert!(
+            (fraction / COMPOSITE_RMSNORM - 1.0).abs() < 0.15,
+            "{fraction}"
+        );
+    }
 }
 
 #[test]

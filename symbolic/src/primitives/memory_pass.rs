@@ -71,5 +71,6 @@ pub const EAGER_ELEMENTWISE: f64 = 0.3208;
 /// elementwise`, 8,192-16,384 tokens of 4,096-8,192): the median of eight rows, which span
 /// 0.053-0.058 (`data/microbench/measured-h100/`; `symbolic/tests/primitives.rs` checks it),
 /// 5.3 times the time of PyTorch 2.11's fused `F.rms_norm` on the same tensors. Like
-/// [`EAGER_ELEMENTWISE`] it is the kernels' fraction, on every GPU.
+/// [`EAGER_ELEMENTWISE`] it is the kernels' fraction, on every GPU: on a lent H200 the same
+/// operators reach 0.049-0.051 of its faster HBM (`data/microbench/measured-h200/eager/`).
 pub const COMPOSITE_RMSNORM: f64 = 0.0567;
