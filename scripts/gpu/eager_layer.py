@@ -15,13 +15,12 @@ Usage: python3 scripts/gpu/eager_layer.py OUT_DIR [ops] [block]"""
 import csv
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from primitives import gpu_label, median_ms
+from primitives import gpu_label, median_ms, timed_calls
 
 HEAD_DIM = 128
 EPS = 1e-5
@@ -211,21 +210,7 @@ def bench_blocks(block_writer, kernel_writer):
                 for p in block.parameters():
                     p.grad = None
             try:
-                began = time.time()
-                for _ in range(3):
-                    step()
-                torch.cuda.synchronize()
-                warm = time.time() - began
-                times = []
-                for _ in range(10):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    step()
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
-                times.sort()
-                ms = times[len(times) // 2]
+                ms, warm = timed_calls(step, 3, 10)
                 kernels = block_kernels(step) if variant != "compiled" or name == "llama3-8b" else []
             except Exception as e:
                 print(f"{name} {variant}: {type(e).__name__}: {e}", flush=True)

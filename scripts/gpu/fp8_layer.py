@@ -16,11 +16,12 @@ import csv
 import glob
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from primitives import timed_calls
 
 # (name, hidden, heads, kv heads, ffn, tp, sequences, sequence length)
 MODELS = [
@@ -117,27 +118,14 @@ def time_layer(name, hidden, heads, kv_heads, ffn, tp, sequences, seq, recipe, p
     def step():
         compiled(x, cos, sin).backward(grad)
 
-    began = time.time()
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    warm_s = time.time() - began
-    times = []
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
+    median, warm_s = timed_calls(step, 3, 10)
     peak = torch.cuda.max_memory_allocated() / 2**30
     kernels = kernel_times(step) if profiled else {}
     del layer, compiled, x, grad
     torch._dynamo.reset()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    return times[len(times) // 2], warm_s, peak, kernels
+    return median, warm_s, peak, kernels
 
 
 def main():

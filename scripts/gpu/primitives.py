@@ -10,6 +10,7 @@ Each figure is the median of 20 timed calls after 5 warm-ups, timed with CUDA ev
 import csv
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -17,12 +18,17 @@ import torch.nn.functional as F
 REPS, WARMUP = 20, 5
 
 
-def median_ms(fn):
-    for _ in range(WARMUP):
+def timed_calls(fn, warmups, reps):
+    """The median of `reps` calls of `fn` timed one by one with CUDA events, in ms, after
+    `warmups` untimed calls (the first compiles what is compiled), and the warm-ups' wall
+    seconds."""
+    began = time.time()
+    for _ in range(warmups):
         fn()
     torch.cuda.synchronize()
+    warm_s = time.time() - began
     times = []
-    for _ in range(REPS):
+    for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -31,7 +37,11 @@ def median_ms(fn):
         end.synchronize()
         times.append(start.elapsed_time(end))
     times.sort()
-    return times[len(times) // 2]
+    return times[len(times) // 2], warm_s
+
+
+def median_ms(fn):
+    return timed_calls(fn, WARMUP, REPS)[0]
 
 
 def gpu_label():
