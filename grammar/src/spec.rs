@@ -243,6 +243,11 @@ pub struct GpuSpec {
     /// multiplies on one thread. `None`: known from the GPU's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_units: Option<u64>,
+    /// Side of the square output tile one compute unit computes at a time, where it is not
+    /// cuBLAS's (256 × 128 and 64 × 64): a CPU core's GEMM micro-kernel (matrixmultiply's
+    /// 16 × 16 with AVX-512). `None`: cuBLAS's tiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_tile: Option<u64>,
 }
 
 /// A link, per GPU and per direction.

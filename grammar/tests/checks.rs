@@ -177,7 +177,7 @@ fn extends_inherits_and_overrides() {
     let s = spec(&format!(
         "{MODEL}{CLUSTER}
          cluster big extends box {{ nodes = 2 * gpus_per_node }}
-         gpu fast extends H100_SXM {{ efficiency = {{ matmul = 0.7 }} }}
+         gpu fast extends H100_SXM {{ efficiency = {{ matmul = 0.7 }}, gemm_tile = 16 }}
          cluster fast_box extends big {{ gpu = fast }}
          train {{ model = tiny, cluster = fast_box, seq_len = 2048, global_batch = 64 }}"
     ));
@@ -185,6 +185,10 @@ fn extends_inherits_and_overrides() {
     assert_eq!(s.cluster.gpu.name, "fast");
     assert_eq!(s.cluster.gpu.peak.bf16, 989e12);
     assert_eq!(s.cluster.gpu.efficiency.matmul, Some(0.7));
+    assert_eq!(
+        (s.cluster.gpu.gemm_tile, s.cluster.gpu.compute_units),
+        (Some(16), None)
+    );
     assert_eq!(s.cluster.inter_node.latency, 10e-6);
 }
 

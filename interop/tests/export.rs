@@ -28,6 +28,7 @@ fn h100_cluster(nodes: u64) -> ClusterSpec {
             hbm_bandwidth: 3.35e12,
             efficiency: GpuEfficiency::default(),
             compute_units: None,
+            gemm_tile: None,
         },
         nodes,
         gpus_per_node: 8,

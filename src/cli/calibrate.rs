@@ -20,8 +20,8 @@ use tessel_symbolic::calibration::{
 use tessel_symbolic::cost::{Calibration, GpuGeneration};
 use tessel_symbolic::primitives::fit::median;
 use tessel_symbolic::primitives::{
-    compute_units, Collective, CollectiveMeasurement, CollectiveParams, GemmDevice,
-    GemmMeasurement, GemmParams, Links,
+    Collective, CollectiveMeasurement, CollectiveParams, GemmDevice, GemmMeasurement, GemmParams,
+    Links,
 };
 
 use super::{load_spec, write_output, EXIT_BAD_INPUT};
@@ -212,15 +212,15 @@ fn gemm_measured(
         m: m as f64,
         n: n as f64,
         k: k as f64,
-        device: GemmDevice {
-            peak_flops: match dtype {
+        device: GemmDevice::of(
+            gpu,
+            match dtype {
                 "fp16" => gpu.peak.fp16,
                 "fp32" => gpu.peak.fp32,
                 _ => gpu.peak.bf16,
             },
-            memory_bandwidth: gpu.hbm_bandwidth,
-            sms: compute_units(gpu),
-        },
+            gpu.hbm_bandwidth,
+        ),
         seconds,
         // The cluster's level is what its own timings give, whatever the GPU's power state.
         power_capped: false,

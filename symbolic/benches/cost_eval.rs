@@ -51,6 +51,7 @@ fn spec() -> Spec {
                 hbm_bandwidth: 2.039e12,
                 efficiency: GpuEfficiency::default(),
                 compute_units: None,
+                gemm_tile: None,
             },
             nodes: 128,
             gpus_per_node: 8,

@@ -56,6 +56,7 @@ fn selene(nodes: u64) -> ClusterSpec {
             hbm_bandwidth: 2.039e12,
             efficiency: GpuEfficiency::default(),
             compute_units: None,
+            gemm_tile: None,
         },
         nodes,
         gpus_per_node: 8,
@@ -1290,6 +1291,7 @@ fn misaligned_heads_slow_the_score_gemms() {
         peak_flops: 312e12,
         memory_bandwidth: 2.039e12 * HBM_STREAM_FRACTION,
         sms: 108.0,
+        tile: None,
     };
     let heads = 128.0 / t;
     let gemm = |m: f64, n: f64, k: f64| gemm_time(m, n, k, heads, 2.0, &device, &params);

@@ -336,15 +336,28 @@ fn the_host_adam_rate_is_the_median_of_the_published_timings() {
             number(5) / number(8)
         })
         .collect();
-    assert_eq!(rates.len(), 3);
-    for rate in &rates {
-        assert!((0.5e9..=3e9).contains(rate), "{rate}");
-    }
-    close(
-        median(rates),
+    assert_median_of_measurements(
+        rates,
+        3,
+        0.5e9..=3e9,
         HOST_ADAM_PARAMS_PER_S,
         "the host's CPU Adam rate",
     );
+}
+
+/// `values` are `count` measurements, each within `range`, and `constant` is their median.
+fn assert_median_of_measurements(
+    values: Vec<f64>,
+    count: usize,
+    range: std::ops::RangeInclusive<f64>,
+    constant: f64,
+    what: &str,
+) {
+    assert_eq!(values.len(), count, "{what}: {values:?}");
+    for value in &values {
+        assert!(range.contains(value), "{what}: {value} outside {range:?}");
+    }
+    close(median(values), constant, what);
 }
 
 /// Each row's fraction of its GPU's datasheet HBM bandwidth for the passes `bytes_of` names
@@ -376,12 +389,10 @@ fn the_eager_elementwise_fraction_is_the_measured_median() {
         "swiglu" => Some(SWIGLU_BYTES),
         _ => None,
     });
-    assert_eq!(fractions.len(), 8);
-    for fraction in &fractions {
-        assert!((0.2..=0.4).contains(fraction), "{fraction}");
-    }
-    close(
-        median(fractions),
+    assert_median_of_measurements(
+        fractions,
+        8,
+        0.2..=0.4,
         EAGER_ELEMENTWISE,
         "the eager elementwise fraction",
     );
@@ -395,12 +406,10 @@ fn the_composite_rmsnorm_fraction_is_the_measured_median() {
     };
     let mut fractions = pass_fractions("measured-h100", "elementwise.csv", composite);
     fractions.extend(pass_fractions("measured-h100", "eager/ops.csv", composite));
-    assert_eq!(fractions.len(), 8);
-    for fraction in &fractions {
-        assert!((0.05..=0.06).contains(fraction), "{fraction}");
-    }
-    close(
-        median(fractions),
+    assert_median_of_measurements(
+        fractions,
+        8,
+        0.05..=0.06,
         COMPOSITE_RMSNORM,
         "the float32 RMSNorm's fraction",
     );

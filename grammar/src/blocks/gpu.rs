@@ -15,6 +15,7 @@ pub const FIELDS: &[&str] = &[
     "host_link",
     "efficiency",
     "compute_units",
+    "gemm_tile",
 ];
 
 const EFFICIENCY_FIELDS: &[&str] = &["matmul", "attention", "memory"];
@@ -38,6 +39,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<GpuDef> {
     let hbm_bandwidth = f.required_quantity("hbm_bandwidth", Dim::BANDWIDTH, true);
     let host_link = f.quantity("host_link", Dim::BANDWIDTH, true);
     let compute_units = f.count("compute_units", 1);
+    let gemm_tile = f.count("gemm_tile", 1);
     let efficiency = match f.get("efficiency").cloned() {
         None => GpuEfficiency::default(),
         Some(value) => {
@@ -79,6 +81,7 @@ pub fn lower(name: &str, f: &mut Fields) -> Option<GpuDef> {
             hbm_bandwidth: hbm_bandwidth?,
             efficiency,
             compute_units,
+            gemm_tile,
         },
         host_link,
     })

@@ -37,6 +37,7 @@ pub(crate) fn llama_like(layers: u64) -> Spec {
                 hbm_bandwidth: 3.35e12,
                 efficiency: GpuEfficiency::default(),
                 compute_units: None,
+                gemm_tile: None,
             },
             nodes: 1,
             gpus_per_node: 8,

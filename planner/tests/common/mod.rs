@@ -99,6 +99,7 @@ pub fn h100_cluster(nodes: u64, gpus_per_node: u64, memory_gib: f64) -> ClusterS
             hbm_bandwidth: 3.35e12,
             efficiency: GpuEfficiency::default(),
             compute_units: None,
+            gemm_tile: None,
         },
         nodes,
         gpus_per_node,

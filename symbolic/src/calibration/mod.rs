@@ -1,6 +1,7 @@
 //! Calibration from a cluster's own measurements (`tessel calibrate`): the primitives' cost
 //! functions refitted to what the user measured on their machines, from the committed values
-//! and inside the same physical ranges as the published fit (`primitives::fit`).
+//! and inside the same physical ranges as the published fit (`primitives::fit`), but for the
+//! GEMMs' level ([`CLUSTER_GEMM_RANGES`]).
 //!
 //! NCCL's collectives from nccl-tests output and traced collectives, the GEMM primitive from
 //! GEMM timings (a CSV, a profiler trace's GEMMs, the matmuls a Tessel trace timed), and the
@@ -126,6 +127,22 @@ pub fn fit_cluster_collectives(
     (fitted, fit)
 }
 
+/// [`GEMM_RANGES`] with the level down to 2 % of the spec's peak, as the step's fractions
+/// ([`COMPUTE_RANGES`]): a datasheet GPU's cuBLAS reaches at least half of it, but a cluster's
+/// spec may give a nominal peak (the CPU ranks' is AVX-512's; an AVX2 core multiplies at
+/// 0.36 of it), and a level held above what was measured would move the shape parameters
+/// instead (short `k` fitted 10 times too slow).
+pub const CLUSTER_GEMM_RANGES: [Range; 4] = [
+    Range {
+        name: "efficiency",
+        low: 0.02,
+        high: 1.0,
+    },
+    GEMM_RANGES[1],
+    GEMM_RANGES[2],
+    GEMM_RANGES[3],
+];
+
 /// Fits the GEMM primitive to `measurements` from `start` (the committed values for the GPU's
 /// generation).
 pub fn fit_cluster_gemms(
@@ -133,7 +150,7 @@ pub fn fit_cluster_gemms(
     start: &GemmParams,
 ) -> (GemmParams, PrimitiveFit) {
     let rows: Vec<&GemmMeasurement> = measurements.iter().collect();
-    let fitted = fit_gemms(&rows, start);
+    let fitted = fit_gemms(&rows, start, &CLUSTER_GEMM_RANGES);
     let errors = |params: &GemmParams| {
         rows.iter()
             .map(|r| relative_error(predict_gemm(r, params, POWER_CAPPED_GEMM_RATE), r.seconds))
@@ -142,7 +159,7 @@ pub fn fit_cluster_gemms(
     let fit = summary(
         errors(start),
         errors(&fitted),
-        &GEMM_RANGES,
+        &CLUSTER_GEMM_RANGES,
         gemm_values(start),
         gemm_values(&fitted),
         |x| gemm_loss(&rows, x),

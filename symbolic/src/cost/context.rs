@@ -179,6 +179,8 @@ pub(crate) struct Ctx {
     /// The GEMM primitive's shape behaviour on this GPU's generation (microbenchmarks).
     pub gemm: GemmParams,
     pub sms: f64,
+    /// The GPU's own GEMM tile side, where it is not cuBLAS's (the spec's `gemm_tile`).
+    pub gemm_tile: Option<f64>,
     pub cal: Calibration,
     /// Named intermediate expressions (`$0`, `$1`, ...), each over the slots and earlier
     /// intermediates: shared sub-expressions are evaluated once.
@@ -313,6 +315,7 @@ impl Ctx {
             efficiency: in_step,
             gemm: cal.gemm_for(GpuGeneration::from_name(&cluster.gpu.name)),
             sms: compute_units(&cluster.gpu),
+            gemm_tile: cluster.gpu.gemm_tile.map(|side| side as f64),
             cal,
             bindings: RefCell::new(Vec::new()),
             shared: RefCell::new(BTreeMap::new()),
@@ -495,6 +498,7 @@ impl Ctx {
             peak_flops: self.matmul_peak,
             memory_bandwidth: self.hbm_bandwidth * HBM_STREAM_FRACTION,
             sms: self.sms,
+            tile: self.gemm_tile,
         };
         let bytes = if self.is_fp8() {
             1.0

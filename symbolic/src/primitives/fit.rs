@@ -241,9 +241,14 @@ pub fn fit_gemm_primitive(rows: &[&GemmMeasurement], start: &GemmParams) -> (Gem
     (gemm_params(&x), x[4])
 }
 
-/// The GEMM primitive fitted on `rows` (a cluster's own GEMMs, none at the power cap).
-pub fn fit_gemms(rows: &[&GemmMeasurement], start: &GemmParams) -> GemmParams {
-    fit_gemm_primitive(rows, start).0
+/// The GEMM primitive fitted on `rows` (a cluster's own GEMMs, none at the power cap) within
+/// `ranges` (in [`GEMM_RANGES`]' order).
+pub fn fit_gemms(rows: &[&GemmMeasurement], start: &GemmParams, ranges: &[Range]) -> GemmParams {
+    gemm_params(&minimize(
+        |x| gemm_loss(rows, x),
+        &gemm_values(start),
+        ranges,
+    ))
 }
 
 // --- attention ------------------------------------------------------------------------------

@@ -9,6 +9,11 @@
 //! (`tile_half_area`: a tile of that area reaches half the rate of an unbounded one), so for
 //! small outputs it trades throughput per tile for filled SMs. Nothing beats the time to read
 //! the operands and write the result from HBM, and every kernel pays a fixed `launch_s`.
+//!
+//! A device that does not run cuBLAS names its own tile (the spec's `gemm_tile`): a CPU core's
+//! GEMM library computes small blocks of the output in registers (matrixmultiply's sgemm
+//! micro-kernel is 16 × 16 with AVX-512, 8 × 8 with AVX2), so its shapes pad to those and not
+//! to 256 × 128.
 
 use super::scalar::{c, Scalar};
 use crate::cost::GpuGeneration;
@@ -123,12 +128,27 @@ pub fn compute_units(gpu: &tessel_grammar::GpuSpec) -> f64 {
 pub const TILES: [(f64, f64); 2] = [(256.0, 128.0), (64.0, 64.0)];
 
 /// The GPU a GEMM runs on: its dense peak at the GEMM's precision, HBM bandwidth reached by a
-/// streaming kernel, and SM count.
+/// streaming kernel, SM count, and the side of its own square output tile where its GEMMs do
+/// not run cuBLAS's [`TILES`] (a CPU core's micro-kernel: the spec's `gemm_tile`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemmDevice {
     pub peak_flops: f64,
     pub memory_bandwidth: f64,
     pub sms: f64,
+    pub tile: Option<f64>,
+}
+
+impl GemmDevice {
+    /// `gpu`'s GEMM device at a dense peak of `peak_flops` and a streaming bandwidth of
+    /// `memory_bandwidth`.
+    pub fn of(gpu: &tessel_grammar::GpuSpec, peak_flops: f64, memory_bandwidth: f64) -> Self {
+        GemmDevice {
+            peak_flops,
+            memory_bandwidth,
+            sms: compute_units(gpu),
+            tile: gpu.gemm_tile.map(|side| side as f64),
+        }
+    }
 }
 
 /// Seconds of `batch` GEMMs of `m × k` by `k × n` with `bytes_per_element` operands.
@@ -141,14 +161,22 @@ pub fn gemm_time<S: Scalar>(
     device: &GemmDevice,
     params: &GemmParams,
 ) -> S {
-    let largest = TILES[0].0 * TILES[0].1;
+    let own;
+    let tiles: &[(f64, f64)] = match device.tile {
+        Some(side) => {
+            own = [(side, side)];
+            &own
+        }
+        None => &TILES,
+    };
+    let largest = tiles[0].0 * tiles[0].1;
     let tile_rate = |area: f64| {
         let relative =
             (area / (area + params.tile_half_area)) / (largest / (largest + params.tile_half_area));
         device.peak_flops * params.efficiency * relative / device.sms
     };
     let loop_steps = k.clone() + c(params.k_overhead);
-    let compute = TILES
+    let compute = tiles
         .iter()
         .map(|&(tm, tn)| {
             let tiles =
@@ -172,6 +200,7 @@ mod tests {
         peak_flops: 312e12,
         memory_bandwidth: 1.8e12,
         sms: 108.0,
+        tile: None,
     };
     const PARAMS: GemmParams = GemmParams {
         efficiency: 0.9,
@@ -189,6 +218,34 @@ mod tests {
         // 108 SMs × 2 waves of 256 × 128 tiles = 216 tiles = 18 × 12.
         let rate = tflops(18.0 * 256.0, 12.0 * 128.0, 8192.0);
         assert!((rate - 0.9 * 312.0).abs() < 1e-6, "{rate}");
+    }
+
+    #[test]
+    fn a_device_with_its_own_tile_pads_outputs_to_it_not_to_cublas_tiles() {
+        // One CPU core at AVX-512's fp32 peak, with matrixmultiply's 16 × 16 micro-kernel.
+        let cpu = GemmDevice {
+            peak_flops: 166.4e9,
+            memory_bandwidth: 20e9,
+            sms: 1.0,
+            tile: Some(16.0),
+        };
+        let params = GemmParams {
+            efficiency: 0.4,
+            tile_half_area: 1736.0,
+            ..PARAMS
+        };
+        let rate = |device: &GemmDevice, m: f64, n: f64| {
+            2.0 * m * n * 4096.0 / gemm_time(m, n, 4096.0, 1.0, 4.0, device, &params)
+        };
+        let level = 0.4 * 166.4e9;
+        // Twelve tiles a side: nothing pads, whatever the tile's area.
+        assert!((rate(&cpu, 192.0, 192.0) / level - 1.0).abs() < 1e-12);
+        // 200 rows pad to 208, thirteen tiles.
+        let padded = rate(&cpu, 200.0, 192.0) / level;
+        assert!((padded - 200.0 / 208.0).abs() < 1e-12, "{padded}");
+        // cuBLAS's tiles would pad 192 to 256 × 128 tiles or run the smaller, slower 64 × 64.
+        let cublas = GemmDevice { tile: None, ..cpu };
+        assert!(rate(&cublas, 192.0, 192.0) < 0.8 * level);
     }
 
     #[test]

@@ -417,6 +417,7 @@ pub fn device_of(gpu: &str) -> Option<GemmDevice> {
         peak_flops: peak * 1e12,
         memory_bandwidth: hbm * GB,
         sms: super::gemm::sm_count(gpu),
+        tile: None,
     })
 }
 

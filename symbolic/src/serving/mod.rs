@@ -20,9 +20,9 @@ use tessel_grammar::{ClusterSpec, ModelSpec, Precision};
 
 use crate::cost::GpuGeneration;
 use crate::primitives::{
-    attention_forward_rate, collective_time, compute_units, gemm_time, memory_pass_time,
-    AttentionKernel, AttentionParams, Collective, CollectiveParams, GemmDevice, GemmParams, Group,
-    Links, HBM_STREAM_FRACTION,
+    attention_forward_rate, collective_time, gemm_time, memory_pass_time, AttentionKernel,
+    AttentionParams, Collective, CollectiveParams, GemmDevice, GemmParams, Group, Links,
+    HBM_STREAM_FRACTION,
 };
 
 /// Bytes of an element stored in `precision`.
@@ -222,11 +222,11 @@ impl ServingCostModel {
             vocab_per_gpu: model.vocab as f64 / tp,
             bytes,
             kv_bytes: element_bytes(kv_precision),
-            device: GemmDevice {
-                peak_flops: gpu.peak.for_precision(precision),
-                memory_bandwidth: gpu.hbm_bandwidth * HBM_STREAM_FRACTION,
-                sms: compute_units(gpu),
-            },
+            device: GemmDevice::of(
+                gpu,
+                gpu.peak.for_precision(precision),
+                gpu.hbm_bandwidth * HBM_STREAM_FRACTION,
+            ),
             gemm: GemmParams::for_generation(generation),
             attention: AttentionParams::for_kernel(generation, AttentionKernel::Flash2),
             collectives: CollectiveParams::default(),

@@ -15,6 +15,7 @@ fn gpu(name: &str, memory_gib: f64, peak: PeakCompute, hbm_gb_s: f64) -> GpuSpec
         hbm_bandwidth: hbm_gb_s * GB,
         efficiency: GpuEfficiency::default(),
         compute_units: None,
+        gemm_tile: None,
     }
 }
 
