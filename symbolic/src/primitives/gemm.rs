@@ -19,7 +19,7 @@ use super::scalar::{c, Scalar};
 use crate::cost::GpuGeneration;
 
 /// A GPU generation's GEMM behaviour, fitted on published GEMM measurements
-/// (`fit::fit_gemms`).
+/// (`fit::fit_gemm_primitive`).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GemmParams {
@@ -34,8 +34,8 @@ pub struct GemmParams {
 }
 
 impl GemmParams {
-    /// The committed fit for a GPU generation (`fit::fit_gemms`); generations without GEMM
-    /// measurements take Ampere's.
+    /// The committed fit for a GPU generation (`fit::fit_gemm_primitive`); generations
+    /// without GEMM measurements take Ampere's.
     pub fn for_generation(generation: GpuGeneration) -> GemmParams {
         match generation {
             GpuGeneration::Hopper => GemmParams {
