@@ -1,8 +1,8 @@
 //! The calibration loop of issue #18 on the one machine every session has: the CPU backend's
 //! ranks as the "GPUs" of `tests/cpu/cpu-cluster.tsl`. Three strategies of `gelu_4l` are
 //! trained with `--trace`, twice each, `tessel calibrate` fits the cluster to the six traces,
-//! and the calibrated spec then predicts the step time of other strategies of `gelu_4l` and of a second
-//! model, `swiglu_6l`, which are trained and timed: median error ≤ 10 %, worst ≤ 25 %.
+//! and the calibrated spec then predicts the step time of other strategies of `gelu_4l` and of
+//! a second model, `swiglu_6l`, which are trained and timed: median error ≤ 10 %, worst ≤ 25 %.
 //!
 //! A shared 2-core machine drifts in speed over minutes (one CI run predicted nine of twelve
 //! strategies 2–25 % slow, the median 10.0 %, after calibrating on runs timed a minute
@@ -113,6 +113,12 @@ fn launch(plan: &Path, trace: Option<&Path>) -> f64 {
     median(&mut times)
 }
 
+/// `0..count` and back: two passes in opposite orders, so a drift in the machine's speed
+/// weighs on every run alike.
+fn there_and_back(count: usize) -> impl Iterator<Item = usize> {
+    (0..count).chain((0..count).rev())
+}
+
 /// The example specs copied into `dir` beside a cluster that reads `calibration`.
 fn calibrated_specs(dir: &Path, calibration: &str) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cpu");
@@ -156,12 +162,8 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
     // same strategy beside it, and the fit carried that into every prediction.
     let mut traces = Vec::new();
     let mut reference_while_calibrating = Vec::new();
-    let count = CALIBRATED_ON.len();
-    for (pass, i) in (0..count)
-        .map(|i| (0, i))
-        .chain((0..count).rev().map(|i| (1, i)))
-    {
-        let trace = dir.join(format!("c{i}-{pass}.trace"));
+    for i in there_and_back(CALIBRATED_ON.len()) {
+        let trace = dir.join(format!("c{i}-{}.trace", traces.len()));
         reference_while_calibrating.push(launch(&reference, None));
         calibration_runs[i].2 += launch(&dir.join(format!("c{i}.json")), Some(&trace)) / 2.0;
         traces.push(trace);
@@ -204,7 +206,7 @@ fn a_calibrated_cpu_cluster_predicts_strategies_it_never_ran() {
     // on this machine one run's median step moves by 10–20 % from one minute to the next.
     let mut raw_times = vec![0.0; predicted.len()];
     let mut reference_while_predicting = vec![launch(&reference, None)];
-    for i in (0..predicted.len()).chain((0..predicted.len()).rev()) {
+    for i in there_and_back(predicted.len()) {
         raw_times[i] += launch(&predicted[i].4, None) / 2.0;
         reference_while_predicting.push(launch(&reference, None));
     }

@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 use super::calibration::{AttentionRate, Calibration, GpuGeneration, KernelEfficiency};
 use super::slots::Slot;
 use crate::primitives::{
-    attention_forward_rate, collective_time, compute_units, gemm_time, nccl_compute_share,
-    Collective, CollectiveParams, GemmDevice, GemmParams, Group, Links, HBM_STREAM_FRACTION,
+    attention_forward_rate, collective_time, compute_units, gemm_tile, gemm_time,
+    nccl_compute_share, Collective, CollectiveParams, GemmDevice, GemmParams, Group, Links,
+    HBM_STREAM_FRACTION,
 };
 use crate::{Expr, Symbol};
 
@@ -315,7 +316,7 @@ impl Ctx {
             efficiency: in_step,
             gemm: cal.gemm_for(GpuGeneration::from_name(&cluster.gpu.name)),
             sms: compute_units(&cluster.gpu),
-            gemm_tile: cluster.gpu.gemm_tile.map(|side| side as f64),
+            gemm_tile: gemm_tile(&cluster.gpu),
             cal,
             bindings: RefCell::new(Vec::new()),
             shared: RefCell::new(BTreeMap::new()),

@@ -124,6 +124,12 @@ pub fn compute_units(gpu: &tessel_grammar::GpuSpec) -> f64 {
         .map_or_else(|| sm_count(&gpu.name), |units| units as f64)
 }
 
+/// The side of the square output tile `gpu`'s GEMMs compute, where the spec gives one (the
+/// spec's `gemm_tile`); `None`: cuBLAS's [`TILES`].
+pub fn gemm_tile(gpu: &tessel_grammar::GpuSpec) -> Option<f64> {
+    gpu.gemm_tile.map(|side| side as f64)
+}
+
 /// The tile shapes cuBLAS chooses among (rows × columns of the output), largest first.
 pub const TILES: [(f64, f64); 2] = [(256.0, 128.0), (64.0, 64.0)];
 
@@ -146,7 +152,7 @@ impl GemmDevice {
             peak_flops,
             memory_bandwidth,
             sms: compute_units(gpu),
-            tile: gpu.gemm_tile.map(|side| side as f64),
+            tile: gemm_tile(gpu),
         }
     }
 }
@@ -161,14 +167,8 @@ pub fn gemm_time<S: Scalar>(
     device: &GemmDevice,
     params: &GemmParams,
 ) -> S {
-    let own;
-    let tiles: &[(f64, f64)] = match device.tile {
-        Some(side) => {
-            own = [(side, side)];
-            &own
-        }
-        None => &TILES,
-    };
+    let own = device.tile.map(|side| [(side, side)]);
+    let tiles: &[(f64, f64)] = own.as_ref().map_or(&TILES, |own| own);
     let largest = tiles[0].0 * tiles[0].1;
     let tile_rate = |area: f64| {
         let relative =

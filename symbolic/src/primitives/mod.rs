@@ -25,8 +25,8 @@ pub use collective::{
     collective_time, nccl_compute_share, Collective, CollectiveParams, Group, Links,
 };
 pub use gemm::{
-    compute_units, fp8_speedup, gemm_time, sm_count, GemmDevice, GemmParams, FP8_ROWWISE_RATE,
-    POWER_CAPPED_GEMM_RATE, TILES,
+    compute_units, fp8_speedup, gemm_tile, gemm_time, sm_count, GemmDevice, GemmParams,
+    FP8_ROWWISE_RATE, POWER_CAPPED_GEMM_RATE, TILES,
 };
 pub use host_loop::{ExpertHostTime, EAGER_EXPERT_HOST};
 pub use host_optimizer::HOST_ADAM_PARAMS_PER_S;
