@@ -449,6 +449,15 @@ impl Framework {
         self == Framework::Fsdp
     }
 
+    /// Whether ZeRO-3's collectives go through flat buffers that are copied: every gathered
+    /// block copied out of its buffer into the layer's weights (in forward and again in
+    /// backward) and every micro-batch's gradients copied into one before their
+    /// reduce-scatter. Tessel's runtime does (`unflatten` and `flatten` in its executor);
+    /// the others' ZeRO-3 is left without these passes until measured.
+    pub fn copies_zero3_buffers(self) -> bool {
+        self == Framework::Tessel
+    }
+
     /// The spec language's word for it.
     pub fn name(self) -> &'static str {
         match self {

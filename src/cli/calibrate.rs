@@ -375,7 +375,7 @@ fn read_tessel(
     let collectives: Vec<CollectiveMeasurement> = traced
         .collectives
         .iter()
-        .filter(|c| c.ranks >= 2 && c.bytes > 0 && c.duration_us > 0.0)
+        .filter(|c| c.ranks >= 2 && c.bytes > 0 && c.after_last_arrival_us > 0.0)
         .filter_map(|c| {
             let per_node = args
                 .per_node
@@ -387,7 +387,7 @@ fn read_tessel(
                 Collective::from_name(&c.name)?,
                 (c.ranks, per_node),
                 c.bytes,
-                c.duration_us * 1e-6,
+                c.after_last_arrival_us * 1e-6,
             ))
         })
         .collect();

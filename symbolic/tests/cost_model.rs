@@ -1571,6 +1571,35 @@ fn deepspeed_zero3_gathers_again_what_outlives_the_reuse_distance_under_recomput
 }
 
 #[test]
+fn tessel_s_zero3_copies_its_gathered_weights_and_gradients_through_flat_buffers() {
+    // Tessel's runtime copies each gathered block out of its flat buffer in forward and again
+    // in backward, and each micro-batch's gradients into one before their reduce-scatter:
+    // per parameter 4 + 4 bytes moved per gather and 4 + 4 per gradient in fp32, at the
+    // memory-bound fraction. FSDP's ZeRO-3 is priced without them; nothing else differs.
+    let model = gpt(4, 2048, 16);
+    let params = model.parameter_count().total as f64;
+    let dp_comm = |framework: Framework| {
+        let mut spec = spec(model.clone(), 1, 64);
+        spec.train.framework = framework;
+        spec.train.precision = Precision::Fp32;
+        spec.cluster.gpu.efficiency.memory = Some(0.5);
+        spec.train.overlap = Some(OverlapSpec {
+            grad_reduce: Some(false),
+            param_gather: Some(false),
+            tp_comm: None,
+        });
+        let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+        let mut s = strategy(8, 1, 1, 1);
+        s.zero = 3;
+        cost.stage_outputs(&s, 0, 4, Recompute::None, Offload::default())
+            [Output::DpCommPerMicrobatch.index()]
+    };
+    let copies = dp_comm(Framework::Tessel) - dp_comm(Framework::Fsdp);
+    let expected = params * (2.0 * 8.0 + 8.0) / (2.039e12 * 0.5);
+    assert!(close(copies, expected, 1e-9), "{copies} vs {expected}");
+}
+
+#[test]
 fn hybrid_sharding_shards_within_a_node_and_all_reduces_across_replicas() {
     // 16-way dp over two nodes under FSDP's ZeRO-3, sharded over all 16 ranks or, hybrid, over
     // the 8 of a node with 2 replicas.

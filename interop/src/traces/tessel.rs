@@ -18,6 +18,10 @@ pub struct TesselCollective {
     pub bytes: u64,
     pub ranks: u64,
     pub duration_us: f64,
+    /// The call's time after the last of its group's ranks entered it: the collective itself,
+    /// without this rank's wait for a slower one (which is the other rank's compute, not the
+    /// link's). The whole duration where the trace lacks the other ranks' calls.
+    pub after_last_arrival_us: f64,
 }
 
 /// What a Tessel trace holds.
@@ -92,20 +96,26 @@ pub fn tessel_trace(value: &Value) -> Result<TesselTrace, TraceError> {
         .and_then(Value::as_array)
         .ok_or_else(|| refuse("not a trace: no `traceEvents` array"))?;
     let mut ranks_named = false;
-    let collectives: Vec<TesselCollective> = events
+    let calls: Vec<TracedCall> = events
         .iter()
         .filter(|e| e.get("cat").and_then(Value::as_str) == Some("collective"))
         .filter_map(|event| {
             ranks_named = true;
             let args = event.get("args")?;
-            Some(TesselCollective {
-                name: event.get("name")?.as_str()?.to_string(),
-                bytes: args.get("bytes")?.as_u64()?,
-                ranks: args.get("ranks")?.as_u64()?,
-                duration_us: duration_us(event)?,
+            Some(TracedCall {
+                collective: TesselCollective {
+                    name: event.get("name")?.as_str()?.to_string(),
+                    bytes: args.get("bytes")?.as_u64()?,
+                    ranks: args.get("ranks")?.as_u64()?,
+                    duration_us: duration_us(event)?,
+                    after_last_arrival_us: 0.0,
+                },
+                rank: event.get("tid").and_then(Value::as_u64),
+                start_us: event.get("ts").and_then(Value::as_f64),
             })
         })
         .collect();
+    let collectives = after_last_arrival(&calls);
     let run = match value.get("tessel") {
         Some(run) => Some(traced_run(run, events)?),
         None => None,
@@ -117,6 +127,58 @@ pub fn tessel_trace(value: &Value) -> Result<TesselTrace, TraceError> {
         ));
     }
     Ok(TesselTrace { collectives, run })
+}
+
+/// One collective event and where it ran.
+struct TracedCall {
+    collective: TesselCollective,
+    rank: Option<u64>,
+    start_us: Option<f64>,
+}
+
+/// Each call with its time after the last of its group arrived. The group's other calls are
+/// the same collective of the same size on other ranks that overlap it in time, the
+/// `ranks − 1` whose ends are nearest its own (every rank of a group leaves the call
+/// together; a concurrent call of another group ends elsewhere).
+fn after_last_arrival(calls: &[TracedCall]) -> Vec<TesselCollective> {
+    let mut same_kind: std::collections::BTreeMap<(&str, u64), Vec<&TracedCall>> =
+        Default::default();
+    for call in calls {
+        let c = &call.collective;
+        same_kind.entry((&c.name, c.bytes)).or_default().push(call);
+    }
+    calls
+        .iter()
+        .map(|call| {
+            let c = &call.collective;
+            let mut out = c.clone();
+            out.after_last_arrival_us = c.duration_us;
+            let (Some(rank), Some(start)) = (call.rank, call.start_us) else {
+                return out;
+            };
+            let end = start + c.duration_us;
+            let mut peers: Vec<(f64, f64)> = same_kind[&(c.name.as_str(), c.bytes)]
+                .iter()
+                .filter(|p| p.rank.is_some_and(|r| r != rank))
+                .filter_map(|p| {
+                    let s = p.start_us?;
+                    let e = s + p.collective.duration_us;
+                    (s < end && e > start).then_some(((e - end).abs(), s))
+                })
+                .collect();
+            let needed = c.ranks.saturating_sub(1) as usize;
+            if needed == 0 || peers.len() < needed {
+                return out;
+            }
+            peers.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let last_arrival = peers[..needed]
+                .iter()
+                .map(|&(_, s)| s)
+                .fold(start, f64::max);
+            out.after_last_arrival_us = end - last_arrival;
+            out
+        })
+        .collect()
 }
 
 fn duration_us(event: &Value) -> Option<f64> {
@@ -300,6 +362,37 @@ mod tests {
                 median_s: 2.5e-5,
             }]
         );
+    }
+
+    #[test]
+    fn a_collective_is_timed_from_the_last_rank_s_arrival() {
+        // Two groups of two ranks gather the same bytes at overlapping times: ranks 0 and 1
+        // leave at 100 µs (rank 1 arrived at 70), ranks 2 and 3 at 130 µs (rank 3 at 110);
+        // rank 4's call has no peer in the trace; the 8-byte call on rank 0 none of that size.
+        let call = |rank: u64, ts: f64, end: f64, bytes: u64| {
+            serde_json::json!({"name": "all_gather", "cat": "collective", "ph": "X",
+                "pid": 0, "tid": rank, "ts": ts, "dur": end - ts,
+                "args": {"bytes": bytes, "ranks": 2}})
+        };
+        let events = [
+            call(0, 10.0, 100.0, 64),
+            call(1, 70.0, 100.5, 64),
+            call(2, 20.0, 130.0, 64),
+            call(3, 110.0, 130.2, 64),
+            call(4, 0.0, 50.0, 1024),
+            call(0, 200.0, 260.0, 8),
+        ];
+        let trace = tessel_trace(&serde_json::json!({ "traceEvents": events })).unwrap();
+        let own: Vec<f64> = trace
+            .collectives
+            .iter()
+            .map(|c| c.after_last_arrival_us)
+            .collect();
+        let expected = [30.0, 30.5, 20.0, 20.2, 50.0, 60.0];
+        for (got, want) in own.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{own:?} against {expected:?}");
+        }
+        assert_eq!(trace.collectives[0].duration_us, 90.0);
     }
 
     #[test]

@@ -491,14 +491,22 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
                 / Expr::max([ctx.layers.clone(), k(1.0)])
         }
         Framework::Megatron | Framework::MegatronFsdp | Framework::Fsdp | Framework::Tessel => {
-            ctx.gather(layer * ctx.bytes.gradient, &ring)
+            ctx.gather(layer.clone() * ctx.bytes.gradient, &ring)
         }
     });
     // The embedding and output layer: gathered for forward and backward, reduced once.
     let edges = ctx.is_first() * embedding_params(ctx) + ctx.is_last() * head_params(ctx);
     let edge_gather = ctx.gather(edges.clone() * ctx.bytes.weight, &ring);
-    let edge_reduce = ctx.gather(edges * ctx.bytes.gradient, &ring);
+    let edge_reduce = ctx.gather(edges.clone() * ctx.bytes.gradient, &ring);
     let edge_exposed = k(2.0) * edge_gather + edge_reduce;
+    // Memory-bound passes beside the transfers: each gathered weight read and written twice
+    // (forward, backward), each gradient once.
+    let copies = if ctx.framework.copies_zero3_buffers() {
+        let copied = ctx.layers.clone() * layer.clone() + edges.clone();
+        ctx.memory_bound(copied * (4.0 * ctx.bytes.weight + 2.0 * ctx.bytes.gradient))
+    } else {
+        k(0.0)
+    };
 
     let layers = ctx.layers.clone();
     // The backward's gathers: DeepSpeed's recomputed forward gathers again (above).
@@ -529,5 +537,5 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
         layers * (gather + backward_gather + reduce)
     };
     let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
-    z3 * several * (layers_exposed + edge_exposed)
+    z3 * several * (layers_exposed + edge_exposed + copies)
 }

@@ -151,15 +151,16 @@ pub fn collective_loss(rows: &[&CollectiveMeasurement], x: &[f64]) -> f64 {
     source_weighted(rows, |r| (predict_collective(r, &params) / r.seconds).ln())
 }
 
-/// NCCL's parameters fitted on `rows`.
+/// NCCL's parameters fitted on `rows` within `ranges` (in [`COLLECTIVE_RANGES`]' order).
 pub fn fit_collectives(
     rows: &[&CollectiveMeasurement],
     start: &CollectiveParams,
+    ranges: &[Range],
 ) -> CollectiveParams {
     collective_params(&minimize(
         |x| collective_loss(rows, x),
         &collective_values(start),
-        &COLLECTIVE_RANGES,
+        ranges,
     ))
 }
 
@@ -543,11 +544,15 @@ pub fn fit_and_score(data: &Microbenchmarks) -> (FittedPrimitives, Vec<Primitive
     // scored per kind; systems reported degraded are scored apart under the full fit.
     let (degraded, rows) = split_never_fitted(data);
     let start = CollectiveParams::default();
-    let full = fit_collectives(&rows, &start);
+    let full = fit_collectives(&rows, &start, &COLLECTIVE_RANGES);
     let error = |r: &CollectiveMeasurement, p: &CollectiveParams| {
         relative_error(predict_collective(r, p), r.seconds)
     };
-    let held_out = held_out_errors(&rows, |kept| fit_collectives(kept, &start), error);
+    let held_out = held_out_errors(
+        &rows,
+        |kept| fit_collectives(kept, &start, &COLLECTIVE_RANGES),
+        error,
+    );
     let held_out_shape = source_levels_removed(&rows, &held_out);
     for kind in kinds_of(rows.iter().copied()) {
         let of_kind = |r: &&CollectiveMeasurement| r.kind == kind;
