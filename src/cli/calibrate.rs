@@ -14,7 +14,7 @@ use tessel_interop::traces::{
     StepWork, TesselTrace, TracedRun,
 };
 use tessel_symbolic::calibration::{
-    fit_cluster_collectives, fit_cluster_compute, fit_cluster_gemms, CalibrationInput,
+    fit_cluster_collectives, fit_cluster_compute, fit_cluster_gemms, rank_jitter, CalibrationInput,
     ClusterCalibration, PrimitiveFit, StageWork, TracedStep, CALIBRATION_FORMAT,
 };
 use tessel_symbolic::cost::{Calibration, GpuGeneration};
@@ -455,8 +455,25 @@ fn traced_step(file: &str, run: &TracedRun, spec: &Spec) -> Result<TracedStep, S
         .filter(|s| *s > 0.0)
         .ok_or("the traced run has no step time")?;
     let mut stages = Vec::new();
-    for stage in 0..run.stage_strategies.len() as u64 {
+    let mut jitters = Vec::new();
+    for (stage, strategy) in (0..).zip(&run.stage_strategies) {
         let ranks = run.ranks.iter().filter(|r| r.stage == stage);
+        // Ranks that meet only at the step's reduction keep their spread in their compute.
+        let alone_in_the_step =
+            strategy.tp == 1 && strategy.cp == 1 && strategy.ep == 1 && strategy.zero <= 1;
+        if alone_in_the_step {
+            let compute: Vec<Vec<f64>> = ranks
+                .clone()
+                .map(|r| {
+                    r.steps
+                        .iter()
+                        .skip(after_first(r.steps.len()))
+                        .map(|w| w.forward_s + w.backward_s)
+                        .collect()
+                })
+                .collect();
+            jitters.extend(rank_jitter(&compute));
+        }
         let work: Vec<&StepWork> = ranks
             .flat_map(|r| r.steps.iter().skip(after_first(r.steps.len())))
             .collect();
@@ -502,6 +519,7 @@ fn traced_step(file: &str, run: &TracedRun, spec: &Spec) -> Result<TracedStep, S
         stage_strategies: run.stage_strategies.clone(),
         step_s,
         stages,
+        jitter: (!jitters.is_empty()).then(|| jitters.iter().sum::<f64>() / jitters.len() as f64),
     })
 }
 
@@ -630,6 +648,12 @@ fn summary(calibration: &ClusterCalibration, explain: bool) -> String {
         if let Some(fit) = fit {
             out.push_str(&fit_summary(what, fit, explain));
         }
+    }
+    if let Some(compute) = calibration.compute.filter(|c| c.jitter > 0.0) {
+        out.push_str(&format!(
+            "  rank jitter {:.1} % (measured: each rank's compute about its stage's mean)\n",
+            100.0 * compute.jitter
+        ));
     }
     out
 }

@@ -8,8 +8,8 @@ use tessel_grammar::{
     RecomputeModules, SearchSpace, Spec, Strategy, TrainSpec,
 };
 use tessel_symbolic::cost::{
-    render_estimate_json, render_estimate_table, Calibration, CostError, CostModel, GpuGeneration,
-    KernelEfficiency, Output, PipelineShape, StageCost, StrategyOverrides,
+    render_estimate_json, render_estimate_table, Calibration, ComputeParams, CostError, CostModel,
+    GpuGeneration, KernelEfficiency, Output, PipelineShape, StageCost, StrategyOverrides,
 };
 use tessel_symbolic::primitives::{
     attention_forward_rate, gemm_time, AttentionKernel, AttentionParams, CollectiveParams,
@@ -1597,6 +1597,40 @@ fn tessel_s_zero3_copies_its_gathered_weights_and_gradients_through_flat_buffers
     let copies = dp_comm(Framework::Tessel) - dp_comm(Framework::Fsdp);
     let expected = params * (2.0 * 8.0 + 8.0) / (2.039e12 * 0.5);
     assert!(close(copies, expected, 1e-9), "{copies} vs {expected}");
+}
+
+#[test]
+fn a_measured_jitter_makes_every_rank_wait_for_the_slowest() {
+    // σ = 0.1: two ranks wait σ/√π of their compute, sixteen σ · 1.766 (the expected maximum
+    // of 16 standard normals); one rank waits for nobody.
+    let spec = spec(gpt(8, 2048, 16), 2, 64);
+    let compute = |jitter: f64, dp: u64| {
+        let cal = bare().with_compute(ComputeParams {
+            matmul: 0.6,
+            memory: 0.6,
+            layer_overhead_s: 0.0,
+            jitter,
+        });
+        let cost = CostModel::with_calibration(&spec, cal).unwrap();
+        cost.stage_outputs(
+            &strategy(dp, 1, 1, 1),
+            0,
+            8,
+            Recompute::None,
+            Offload::default(),
+        )[Output::Compute.index()]
+    };
+    for (dp, expected_max) in [
+        (1, 0.0),
+        (2, 1.0 / std::f64::consts::PI.sqrt()),
+        (16, 1.7660),
+    ] {
+        let ratio = compute(0.1, dp) / compute(0.0, dp);
+        assert!(
+            close(ratio, 1.0 + 0.1 * expected_max, 1e-4),
+            "dp {dp}: {ratio}"
+        );
+    }
 }
 
 #[test]

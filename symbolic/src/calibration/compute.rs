@@ -49,6 +49,10 @@ pub struct TracedStep {
     /// Median step time, seconds.
     pub step_s: f64,
     pub stages: Vec<StageWork>,
+    /// How much each rank's compute varied independently of the other ranks' ([`rank_jitter`]),
+    /// when its ranks synchronise only at the step's gradient reduction (inside forward and
+    /// backward a synchronisation would even them out).
+    pub jitter: Option<f64>,
 }
 
 /// What one pipeline stage's ranks measured per step (medians).
@@ -115,11 +119,40 @@ impl TracedStep {
     }
 }
 
-fn with_compute(base: &Calibration, x: &[f64]) -> Calibration {
+/// The coefficient of variation of one rank's compute about the step's mean over the ranks
+/// of one stage: `ranks[r][s]` is rank `r`'s forward and backward seconds in step `s`.
+/// Deviations from each step's mean take out what moves every rank alike (the machine's speed
+/// drifting, a longer step); `n` ranks' deviations have `n − 1` degrees of freedom. `None`
+/// for fewer than two ranks or three steps.
+pub fn rank_jitter(ranks: &[Vec<f64>]) -> Option<f64> {
+    let steps = ranks.iter().map(Vec::len).min()?;
+    let n = ranks.len();
+    if n < 2 || steps < 3 {
+        return None;
+    }
+    let (mut squares, mut total) = (0.0, 0.0);
+    for s in 0..steps {
+        let mean = ranks.iter().map(|r| r[s]).sum::<f64>() / n as f64;
+        squares += ranks.iter().map(|r| (r[s] - mean).powi(2)).sum::<f64>();
+        total += mean;
+    }
+    let mean = total / steps as f64;
+    let spread = (squares / ((n - 1) * steps) as f64).sqrt();
+    (mean > 0.0).then_some(spread / mean)
+}
+
+/// The cluster's jitter: the median of the runs' that measure it.
+fn measured_jitter(runs: &[TracedStep]) -> Option<f64> {
+    let mut values: Vec<f64> = runs.iter().filter_map(|r| r.jitter).collect();
+    (!values.is_empty()).then(|| crate::primitives::fit::median(&mut values))
+}
+
+fn with_compute(base: &Calibration, x: &[f64], jitter: f64) -> Calibration {
     base.with_compute(ComputeParams {
         matmul: x[0],
         memory: x[1],
         layer_overhead_s: x[2],
+        jitter,
     })
 }
 
@@ -152,6 +185,9 @@ pub fn fit_cluster_compute(
         .iter()
         .map(|r| KernelEfficiency::for_gpu(&r.spec.cluster.gpu))
         .collect();
+    let jitter = measured_jitter(runs)
+        .or(base.compute.map(|c| c.jitter))
+        .unwrap_or(0.0);
     let start = match (base.compute, efficiency.first()) {
         (Some(c), _) => vec![c.matmul, c.memory, c.layer_overhead_s],
         (None, Some(e)) => vec![
@@ -161,10 +197,10 @@ pub fn fit_cluster_compute(
         ],
         (None, None) => return Err(CostError::spec("no traced run to fit the compute to")),
     };
-    let loss_at = |x: &[f64]| loss(runs, &efficiency, with_compute(base, x));
+    let loss_at = |x: &[f64]| loss(runs, &efficiency, with_compute(base, x, jitter));
     let fitted = minimize(loss_at, &start, &COMPUTE_RANGES);
     let errors = |x: &[f64]| -> Result<Vec<f64>, CostError> {
-        let cal = with_compute(base, x);
+        let cal = with_compute(base, x, jitter);
         let mut out = Vec::new();
         for (run, eff) in runs.iter().zip(&efficiency) {
             for p in run.predict(cal, eff.calibrated(&cal))? {
@@ -185,6 +221,24 @@ pub fn fit_cluster_compute(
         matmul: fitted[0],
         memory: fitted[1],
         layer_overhead_s: fitted[2],
+        jitter,
     };
     Ok((params, fit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rank_jitter;
+
+    #[test]
+    fn rank_jitter_is_each_rank_s_spread_about_its_step_s_mean() {
+        // Two ranks 0.1 s apart in two of four steps; the second step, twice as long on both,
+        // moves them alike and adds nothing. Deviations ±0.05 s (one degree of freedom a
+        // step): 0.05 s over a mean step of 1.25 s.
+        let ranks = [vec![1.1, 2.0, 0.9, 1.0], vec![1.0, 2.0, 1.0, 1.0]];
+        let jitter = rank_jitter(&ranks).unwrap();
+        assert!((jitter - 0.04).abs() < 1e-12, "{jitter}");
+        assert_eq!(rank_jitter(&ranks[..1]), None);
+        assert_eq!(rank_jitter(&[vec![1.0, 1.1], vec![1.1, 1.0]]), None);
+    }
 }

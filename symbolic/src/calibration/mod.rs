@@ -14,7 +14,9 @@ mod compute;
 
 use serde::{Deserialize, Serialize};
 
-pub use compute::{fit_cluster_compute, StageWork, StepPrediction, TracedStep, COMPUTE_RANGES};
+pub use compute::{
+    fit_cluster_compute, rank_jitter, StageWork, StepPrediction, TracedStep, COMPUTE_RANGES,
+};
 
 use crate::primitives::fit::{
     collective_loss, collective_values, fit_collectives, fit_gemms, gemm_loss, gemm_values,

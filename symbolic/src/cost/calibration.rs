@@ -273,6 +273,11 @@ pub struct ComputeParams {
     pub memory: f64,
     /// Fixed time per layer and micro-batch pass, seconds ([`Calibration::layer_overhead_s`]).
     pub layer_overhead_s: f64,
+    /// How much one rank's compute varies, independently of the other ranks', over its mean
+    /// (a coefficient of variation): measured on traced steps, not fitted; every
+    /// synchronisation waits for the slowest rank (`cost::stragglers`). 0 when not measured.
+    #[serde(default)]
+    pub jitter: f64,
 }
 
 impl KernelEfficiency {

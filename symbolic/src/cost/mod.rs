@@ -15,6 +15,7 @@ mod pools;
 mod report;
 mod slots;
 mod stage_exprs;
+mod stragglers;
 mod types;
 
 pub use calibration::{AttentionRate, Calibration, ComputeParams, GpuGeneration, KernelEfficiency};

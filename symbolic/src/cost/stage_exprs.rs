@@ -12,6 +12,7 @@ use super::context::{k, Ctx, Ring};
 use super::memory::stage_memory;
 use super::parameters::{stage_params, trainable_sharded_params, trainable_stage_params};
 use super::slots::{Output, Slot};
+use super::stragglers::straggler_factor;
 use crate::primitives::HOST_ADAM_PARAMS_PER_S;
 use crate::{Expr, Symbol};
 use tessel_grammar::Spec;
@@ -124,11 +125,16 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let full = ctx.full.clone();
     let partial = layers.clone() - full.clone();
 
-    let compute = ctx.bind(
+    // Every synchronisation waits for the slowest rank: a measured jitter slows the compute.
+    let waited = |time: Expr| match straggler_factor(ctx) {
+        Some(factor) => time * factor,
+        None => time,
+    };
+    let compute = ctx.bind(waited(
         layers.clone() * (forward.clone() + backward.clone())
             + ctx.is_first() * embedding_time(ctx)
             + ctx.is_last() * head_time(ctx),
-    );
+    ));
 
     let ep_one_way = ep_layer_one_way(ctx);
     let cp_forward = ctx.bind(cp_layer_forward(ctx));
@@ -145,7 +151,9 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let modules_forward = ctx.selective.clone() * layer.attention_core_fwd.clone()
         + ctx.recompute_norms.clone() * layer.norms_fwd.clone()
         + ctx.recompute_moe_act.clone() * layer.moe_act_fwd.clone();
-    let recompute = ctx.bind(full.clone() * forward.clone() + partial * modules_forward);
+    let recompute = ctx.bind(waited(
+        full.clone() * forward.clone() + partial * modules_forward,
+    ));
     let passes = k(2.0) * layers.clone() + full.clone();
     let tp = tp_layer_passes(ctx, layers.clone() + full.clone(), layers.clone());
     // Overlapped tp collectives are split and pipelined with the GEMMs around them: what
