@@ -126,8 +126,9 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     let partial = layers.clone() - full.clone();
 
     // Every synchronisation waits for the slowest rank: a measured jitter slows the compute.
-    let waited = |time: Expr| match straggler_factor(ctx) {
-        Some(factor) => time * factor,
+    let straggler = straggler_factor(ctx).map(|factor| ctx.bind(factor));
+    let waited = |time: Expr| match &straggler {
+        Some(factor) => time * factor.clone(),
         None => time,
     };
     let compute = ctx.bind(waited(

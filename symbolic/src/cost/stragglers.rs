@@ -77,16 +77,23 @@ fn simpson(f: impl Fn(f64) -> f64) -> f64 {
     sum * h / 3.0
 }
 
+/// [`expected_max_of_normals`] at 1, 2, 4, … ranks, integrated once per process.
+fn at_powers_of_two() -> &'static [(f64, f64)] {
+    static TABLE: std::sync::OnceLock<Vec<(f64, f64)>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=MAX_RANKS_LOG2)
+            .map(|i| {
+                let n = 1u64 << i;
+                (n as f64, expected_max_of_normals(n))
+            })
+            .collect()
+    })
+}
+
 /// [`expected_max_of_normals`] of a rank count that is an expression: the chords between
 /// powers of two, whose minimum is the interpolation (the expectation is concave in `n`).
 fn expected_max_expr(ranks: Expr) -> Expr {
-    let points: Vec<(f64, f64)> = (0..=MAX_RANKS_LOG2)
-        .map(|i| {
-            let n = 1u64 << i;
-            (n as f64, expected_max_of_normals(n))
-        })
-        .collect();
-    Expr::min(points.windows(2).map(|pair| {
+    Expr::min(at_powers_of_two().windows(2).map(|pair| {
         let ((n0, e0), (n1, e1)) = (pair[0], pair[1]);
         let slope = (e1 - e0) / (n1 - n0);
         k(e0 - slope * n0) + ranks.clone() * slope
