@@ -2,6 +2,8 @@
 //! model predicts each traced run whole, stage by stage, and three parameters move until it
 //! agrees with what each rank measured: the GEMMs' rate (`matmul`), the rate of the
 //! elementwise passes and the optimizer (`memory`), and the fixed time of each layer's pass.
+//! How much each rank's compute varies ([`rank_jitter`]) is measured first and held: the
+//! predictions wait for the slowest rank at every synchronisation (`cost::stragglers`).
 //!
 //! Each stage's ranks give two measurements per run: their busy time (forward, backward and
 //! the gradient reduction, each step) against the stage's predicted compute, recompute,

@@ -1,7 +1,8 @@
 //! Calibration from a cluster's own measurements (`tessel calibrate`): the primitives' cost
 //! functions refitted to what the user measured on their machines, from the committed values
 //! and inside the same physical ranges as the published fit (`primitives::fit`), but for the
-//! GEMMs' level ([`CLUSTER_GEMM_RANGES`]).
+//! GEMMs' level ([`CLUSTER_GEMM_RANGES`]) and the links' efficiencies and a call's fixed time
+//! ([`CLUSTER_COLLECTIVE_RANGES`]).
 //!
 //! NCCL's collectives from nccl-tests output and traced collectives, the GEMM primitive from
 //! GEMM timings (a CSV, a profiler trace's GEMMs, the matmuls a Tessel trace timed), and the
