@@ -766,6 +766,51 @@ fn hostile_strategies_never_panic() {
 }
 
 #[test]
+fn a_norm_kernel_the_framework_cannot_run_is_reported() {
+    let unsupported = |target: ExportTarget, kernel: NormKernel, compile: bool| {
+        let mut spec = llama70b_dense();
+        spec.train.norm_kernel = Some(kernel);
+        spec.train.compile = compile;
+        run(&spec, target)
+            .unsupported
+            .iter()
+            .any(|u| u.starts_with("norm_kernel"))
+    };
+    // torchtitan's eager RMSNorm is composite and its compiled one fused; Megatron-LM's are
+    // Transformer Engine's fused kernels.
+    assert!(unsupported(
+        ExportTarget::Torchtitan,
+        NormKernel::Fused,
+        false
+    ));
+    assert!(!unsupported(
+        ExportTarget::Torchtitan,
+        NormKernel::Fused,
+        true
+    ));
+    assert!(!unsupported(
+        ExportTarget::Torchtitan,
+        NormKernel::Composite,
+        false
+    ));
+    assert!(unsupported(
+        ExportTarget::Torchtitan,
+        NormKernel::Composite,
+        true
+    ));
+    assert!(unsupported(
+        ExportTarget::Megatron,
+        NormKernel::Composite,
+        false
+    ));
+    assert!(!unsupported(
+        ExportTarget::Megatron,
+        NormKernel::Fused,
+        false
+    ));
+}
+
+#[test]
 fn compile_is_written_for_torchtitan_and_reported_elsewhere() {
     let compiled = |fused: bool| {
         let mut spec = llama8b_zero3_offload();

@@ -5,8 +5,8 @@
 //! optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks).
 
 use tessel_grammar::{
-    stage_chunks, stage_totals, AttentionKernel, Fp8Scaling, Framework, MlpKind, NormKind,
-    PositionKind, Precision, Recompute, Spec, Strategy,
+    stage_chunks, stage_totals, AttentionKernel, Fp8Scaling, Framework, MlpKind, NormKernel,
+    NormKind, PositionKind, Precision, Recompute, Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -178,6 +178,12 @@ pub(crate) fn export(spec: &Spec, strategy: &Strategy, options: &ExportOptions) 
         report.unsupported(
             "compile = true: Megatron-LM has no switch to compile its transformer blocks; it \
              runs its own fused kernels",
+        );
+    }
+    if spec.train.norm_kernel == Some(NormKernel::Composite) {
+        report.unsupported(
+            "norm_kernel = composite: Megatron-LM's norms are Transformer Engine's fused \
+             kernels; no flag runs them as separate operators",
         );
     }
     flags.value(

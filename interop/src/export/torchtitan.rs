@@ -9,8 +9,8 @@
 //! job config.
 
 use tessel_grammar::{
-    AttentionKernel, Fp8Scaling, MlpKind, NormKind, PositionKind, Precision, Recompute, Spec,
-    Strategy,
+    AttentionKernel, Fp8Scaling, MlpKind, NormKernel, NormKind, PositionKind, Precision, Recompute,
+    Spec, Strategy,
 };
 
 use super::batches::batches;
@@ -175,6 +175,18 @@ fn model_section(spec: &Spec, doc: &mut TomlDoc, report: &mut Report) {
             "attention_kernel = cudnn: torchtitan has no setting that picks \
              scaled_dot_product_attention's cuDNN backend",
         ),
+    }
+    // torchtitan's RMSNorm is PyTorch's operators, which compiled blocks fuse.
+    match (spec.train.norm_kernel, spec.train.compile) {
+        (Some(NormKernel::Fused), false) if spec.model.norm == NormKind::Rmsnorm => report
+            .unsupported(
+                "norm_kernel = fused: torchtitan runs its RMSNorm as PyTorch's float32 \
+                 operators unless the blocks are compiled (compile = true)",
+            ),
+        (Some(NormKernel::Composite), true) => report.unsupported(
+            "norm_kernel = composite: compiled blocks (compile = true) fuse torchtitan's norms",
+        ),
+        _ => {}
     }
     if spec.train.fused_cross_entropy == Some(true) && !spec.train.compile {
         report.unsupported(
