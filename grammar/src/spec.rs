@@ -449,12 +449,14 @@ impl Framework {
         self == Framework::Fsdp
     }
 
-    /// Whether ZeRO-3's collectives go through flat buffers that are copied: every gathered
-    /// block copied out of its buffer into the layer's weights (in forward and again in
-    /// backward) and every micro-batch's gradients copied into one before their
-    /// reduce-scatter. Tessel's runtime does (`unflatten` and `flatten` in its executor);
-    /// the others' ZeRO-3 is left without these passes until measured.
-    pub fn copies_zero3_buffers(self) -> bool {
+    /// Whether ZeRO 2–3 go through flat buffers piece by piece: each micro-batch's gradients
+    /// copied into one and reduce-scattered as each layer's backward finishes (so that only
+    /// the shard outlives it; ZeRO-2 too, not once a step), and under ZeRO-3 every gathered
+    /// block copied out of its buffer into the layer's weights, in forward and again in
+    /// backward. Tessel's runtime does (`flatten`, `unflatten` and
+    /// `scatter_microbatch_gradients` in its executor); the others' ZeRO is left as it was
+    /// fitted until these passes are measured there.
+    pub fn zero_through_flat_buffers(self) -> bool {
         self == Framework::Tessel
     }
 

@@ -1600,6 +1600,45 @@ fn tessel_s_zero3_copies_its_gathered_weights_and_gradients_through_flat_buffers
 }
 
 #[test]
+fn tessel_s_zero2_reduces_every_micro_batch_through_a_flat_buffer() {
+    // Tessel's runtime reduce-scatters each micro-batch's gradients as each piece's backward
+    // ends, copied into a flat buffer first (4 + 4 bytes per fp32 gradient), and reduces
+    // nothing at the step's end; Megatron-LM's distributed optimizer reduces the same bytes
+    // once, at the end. Without latencies the transfers are the same seconds.
+    let model = gpt(4, 2048, 16);
+    let params = model.parameter_count().total as f64;
+    let outputs = |framework: Framework| {
+        let mut spec = spec(model.clone(), 1, 64);
+        spec.train.framework = framework;
+        spec.train.precision = Precision::Fp32;
+        spec.cluster.gpu.efficiency.memory = Some(0.5);
+        spec.train.overlap = Some(OverlapSpec {
+            grad_reduce: Some(false),
+            param_gather: Some(false),
+            tp_comm: None,
+        });
+        let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+        let mut s = strategy(8, 1, 1, 1);
+        s.zero = 2;
+        let out = cost.stage_outputs(&s, 0, 4, Recompute::None, Offload::default());
+        (
+            out[Output::DpCommPerMicrobatch.index()],
+            out[Output::DpCommTail.index()],
+        )
+    };
+    let (tessel_microbatch, tessel_tail) = outputs(Framework::Tessel);
+    let (megatron_microbatch, megatron_tail) = outputs(Framework::Megatron);
+    assert_eq!(megatron_microbatch, 0.0);
+    let copies = params * 8.0 / (2.039e12 * 0.5);
+    let reduce = megatron_tail - tessel_tail;
+    assert!(reduce > 0.0, "{megatron_tail} vs {tessel_tail}");
+    assert!(
+        close(tessel_microbatch - copies, reduce, 1e-9),
+        "{tessel_microbatch} − {copies} vs {reduce}"
+    );
+}
+
+#[test]
 fn a_measured_jitter_makes_every_rank_wait_for_the_slowest() {
     // σ = 0.1: two ranks wait σ/√π of their compute, sixteen σ · 1.766 (the expected maximum
     // of 16 standard normals); one rank waits for nobody.

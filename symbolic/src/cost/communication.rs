@@ -461,6 +461,27 @@ fn deepspeed_regathered_fraction(ctx: &Ctx) -> Expr {
     Expr::sum(released) / Expr::sum(weights.iter().cloned())
 }
 
+/// ZeRO-2 in a framework that reduces piece by piece through flat buffers
+/// ([`Framework::zero_through_flat_buffers`]): each micro-batch's gradients, copied into a
+/// flat buffer (read and written once) and reduce-scattered over the sharding ranks one layer,
+/// the embedding and the output layer at a time, exposed (Tessel's runtime overlaps nothing).
+/// 0 elsewhere, where ZeRO-2 reduces once a step ([`dp_step`]).
+pub(crate) fn zero2_microbatch(ctx: &Ctx) -> Expr {
+    if !ctx.framework.zero_through_flat_buffers() {
+        return k(0.0);
+    }
+    let ring = ctx.shard_ring();
+    let (_, z2, z3) = ctx.zero_flags();
+    let layer = layer_params(ctx);
+    let edges = ctx.is_first() * embedding_params(ctx) + ctx.is_last() * head_params(ctx);
+    let reduce = ctx.layers.clone() * ctx.gather(layer.clone() * ctx.bytes.gradient, &ring)
+        + ctx.gather(edges.clone() * ctx.bytes.gradient, &ring);
+    let copies =
+        ctx.memory_bound((ctx.layers.clone() * layer + edges) * (2.0 * ctx.bytes.gradient));
+    let several = above(ctx.d.clone() * ctx.c.clone(), 1.0);
+    (z2 - z3) * several * (reduce + copies)
+}
+
 /// Exposed seconds of ZeRO-3's communication in one micro-batch. Every layer's weights are
 /// all-gathered over the `ds·cp` sharding ranks before its forward and again before its
 /// backward (DeepSpeed, under full recompute, partly a third time:
@@ -501,7 +522,7 @@ pub(crate) fn zero3_microbatch(ctx: &Ctx, layer_forward: Expr, layer_backward: E
     let edge_exposed = k(2.0) * edge_gather + edge_reduce;
     // Memory-bound passes beside the transfers: each gathered weight read and written twice
     // (forward, backward), each gradient once.
-    let copies = if ctx.framework.copies_zero3_buffers() {
+    let copies = if ctx.framework.zero_through_flat_buffers() {
         let copied = ctx.layers.clone() * layer.clone() + edges.clone();
         ctx.memory_bound(copied * (4.0 * ctx.bytes.weight + 2.0 * ctx.bytes.gradient))
     } else {

@@ -5,7 +5,7 @@
 use super::calibration::{Calibration, KernelEfficiency};
 use super::communication::{
     choose_compression, cp_layer_forward, dp_step, ep_layer_one_way, pp_microbatch,
-    tp_layer_passes, tp_overlapped, zero3_microbatch,
+    tp_layer_passes, tp_overlapped, zero2_microbatch, zero3_microbatch,
 };
 use super::compute::{embedding_time, head_time, layer_times};
 use super::context::{k, Ctx, Ring};
@@ -186,7 +186,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
         + k(2.0) * ctx.off_act.clone() * memory_activations_before_offload(ctx);
     let offload_microbatch = Expr::max([streamed / host - busy, k(0.0)]);
 
-    let (z1, _, z3) = ctx.zero_flags();
+    let (z1, z2, z3) = ctx.zero_flags();
     let local_optimizer_params = trainable_sharded_params(ctx, z1);
     // The gradient reduction runs bucket by bucket behind the last micro-batch's backward,
     // all but the last bucket; the updated weights' all-gather behind the next step's first
@@ -232,15 +232,22 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
             (tail, Some(cost))
         }
     };
-    let dp_tail = (k(1.0) - z3)
-        * (reduce_tail
-            + exposed(
+    // A framework that reduces ZeRO-2's gradients every micro-batch has none left to reduce
+    // at the step's end.
+    let reduced_at_the_end = if ctx.framework.zero_through_flat_buffers() {
+        k(1.0) - z2
+    } else {
+        k(1.0) - z3.clone()
+    };
+    let dp_tail = reduced_at_the_end * reduce_tail
+        + (k(1.0) - z3)
+            * exposed(
                 dp.gather,
                 dp.gather_calls,
                 ctx.layers.clone() * forward,
                 ctx.overlap.param_gather,
                 &ctx.shard_ring(),
-            ))
+            )
         + replica_tail;
     let optimizer_tail = (k(1.0) - ctx.off_opt.clone())
         * ctx.memory_bound(local_optimizer_params.clone() * ctx.bytes.optimizer_step);
@@ -264,7 +271,7 @@ fn build(ctx: &Ctx) -> Vec<Expr> {
     set(Output::CpComm, cp);
     set(Output::EpComm, ep);
     set(Output::PpComm, pp);
-    set(Output::DpCommPerMicrobatch, zero3);
+    set(Output::DpCommPerMicrobatch, zero3 + zero2_microbatch(ctx));
     set(Output::OffloadPerMicrobatch, offload_microbatch);
     set(Output::DpCommTail, dp_tail);
     set(Output::OptimizerTail, optimizer_tail);
