@@ -149,7 +149,8 @@ pub enum Output {
     CpComm,
     EpComm,
     PpComm,
-    /// ZeRO-3 gathers and reduce-scatters not hidden behind the micro-batch's compute.
+    /// ZeRO-3 gathers and reduce-scatters not hidden behind the micro-batch's compute, and
+    /// ZeRO-2's reduce-scatters where the framework reduces every micro-batch.
     DpCommPerMicrobatch,
     OffloadPerMicrobatch,
     /// Once per step, after the last backward.
