@@ -778,36 +778,25 @@ fn a_norm_kernel_the_framework_cannot_run_is_reported() {
     };
     // torchtitan's eager RMSNorm is composite and its compiled one fused; Megatron-LM's are
     // Transformer Engine's fused kernels.
-    assert!(unsupported(
-        ExportTarget::Torchtitan,
-        NormKernel::Fused,
-        false
-    ));
-    assert!(!unsupported(
-        ExportTarget::Torchtitan,
-        NormKernel::Fused,
-        true
-    ));
-    assert!(!unsupported(
-        ExportTarget::Torchtitan,
-        NormKernel::Composite,
-        false
-    ));
-    assert!(unsupported(
-        ExportTarget::Torchtitan,
-        NormKernel::Composite,
-        true
-    ));
-    assert!(unsupported(
-        ExportTarget::Megatron,
-        NormKernel::Composite,
-        false
-    ));
-    assert!(!unsupported(
-        ExportTarget::Megatron,
-        NormKernel::Fused,
-        false
-    ));
+    for (target, kernel, compile, reported) in [
+        (ExportTarget::Torchtitan, NormKernel::Fused, false, true),
+        (ExportTarget::Torchtitan, NormKernel::Fused, true, false),
+        (
+            ExportTarget::Torchtitan,
+            NormKernel::Composite,
+            false,
+            false,
+        ),
+        (ExportTarget::Torchtitan, NormKernel::Composite, true, true),
+        (ExportTarget::Megatron, NormKernel::Composite, false, true),
+        (ExportTarget::Megatron, NormKernel::Fused, false, false),
+    ] {
+        assert_eq!(
+            unsupported(target, kernel, compile),
+            reported,
+            "{target:?} {kernel:?} compile = {compile}"
+        );
+    }
 }
 
 #[test]

@@ -1570,6 +1570,29 @@ fn deepspeed_zero3_gathers_again_what_outlives_the_reuse_distance_under_recomput
     assert!(regathered(Framework::Fsdp, hidden).abs() < 1e-12);
 }
 
+/// The data-parallel time per micro-batch and at the step's end of 4 layers of `model` on
+/// one stage at dp 8 under ZeRO `zero`: fp32, nothing overlapped, memory-bound passes at half
+/// of HBM bandwidth, collectives without latency.
+fn zero_dp_comm(model: &ModelSpec, framework: Framework, zero: u8) -> (f64, f64) {
+    let mut spec = spec(model.clone(), 1, 64);
+    spec.train.framework = framework;
+    spec.train.precision = Precision::Fp32;
+    spec.cluster.gpu.efficiency.memory = Some(0.5);
+    spec.train.overlap = Some(OverlapSpec {
+        grad_reduce: Some(false),
+        param_gather: Some(false),
+        tp_comm: None,
+    });
+    let cost = CostModel::with_calibration(&spec, bare()).unwrap();
+    let mut s = strategy(8, 1, 1, 1);
+    s.zero = zero;
+    let out = cost.stage_outputs(&s, 0, 4, Recompute::None, Offload::default());
+    (
+        out[Output::DpCommPerMicrobatch.index()],
+        out[Output::DpCommTail.index()],
+    )
+}
+
 #[test]
 fn tessel_s_zero3_copies_its_gathered_weights_and_gradients_through_flat_buffers() {
     // Tessel's runtime copies each gathered block out of its flat buffer in forward and again
@@ -1578,23 +1601,8 @@ fn tessel_s_zero3_copies_its_gathered_weights_and_gradients_through_flat_buffers
     // memory-bound fraction. FSDP's ZeRO-3 is priced without them; nothing else differs.
     let model = gpt(4, 2048, 16);
     let params = model.parameter_count().total as f64;
-    let dp_comm = |framework: Framework| {
-        let mut spec = spec(model.clone(), 1, 64);
-        spec.train.framework = framework;
-        spec.train.precision = Precision::Fp32;
-        spec.cluster.gpu.efficiency.memory = Some(0.5);
-        spec.train.overlap = Some(OverlapSpec {
-            grad_reduce: Some(false),
-            param_gather: Some(false),
-            tp_comm: None,
-        });
-        let cost = CostModel::with_calibration(&spec, bare()).unwrap();
-        let mut s = strategy(8, 1, 1, 1);
-        s.zero = 3;
-        cost.stage_outputs(&s, 0, 4, Recompute::None, Offload::default())
-            [Output::DpCommPerMicrobatch.index()]
-    };
-    let copies = dp_comm(Framework::Tessel) - dp_comm(Framework::Fsdp);
+    let copies =
+        zero_dp_comm(&model, Framework::Tessel, 3).0 - zero_dp_comm(&model, Framework::Fsdp, 3).0;
     let expected = params * (2.0 * 8.0 + 8.0) / (2.039e12 * 0.5);
     assert!(close(copies, expected, 1e-9), "{copies} vs {expected}");
 }
@@ -1607,27 +1615,8 @@ fn tessel_s_zero2_reduces_every_micro_batch_through_a_flat_buffer() {
     // once, at the end. Without latencies the transfers are the same seconds.
     let model = gpt(4, 2048, 16);
     let params = model.parameter_count().total as f64;
-    let outputs = |framework: Framework| {
-        let mut spec = spec(model.clone(), 1, 64);
-        spec.train.framework = framework;
-        spec.train.precision = Precision::Fp32;
-        spec.cluster.gpu.efficiency.memory = Some(0.5);
-        spec.train.overlap = Some(OverlapSpec {
-            grad_reduce: Some(false),
-            param_gather: Some(false),
-            tp_comm: None,
-        });
-        let cost = CostModel::with_calibration(&spec, bare()).unwrap();
-        let mut s = strategy(8, 1, 1, 1);
-        s.zero = 2;
-        let out = cost.stage_outputs(&s, 0, 4, Recompute::None, Offload::default());
-        (
-            out[Output::DpCommPerMicrobatch.index()],
-            out[Output::DpCommTail.index()],
-        )
-    };
-    let (tessel_microbatch, tessel_tail) = outputs(Framework::Tessel);
-    let (megatron_microbatch, megatron_tail) = outputs(Framework::Megatron);
+    let (tessel_microbatch, tessel_tail) = zero_dp_comm(&model, Framework::Tessel, 2);
+    let (megatron_microbatch, megatron_tail) = zero_dp_comm(&model, Framework::Megatron, 2);
     assert_eq!(megatron_microbatch, 0.0);
     let copies = params * 8.0 / (2.039e12 * 0.5);
     let reduce = megatron_tail - tessel_tail;
